@@ -1,0 +1,1 @@
+"""WMRL for LLM agents that write and run machine-learning code (MLE-bench, MLE-Dojo, DSBench)."""

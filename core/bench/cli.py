@@ -1,0 +1,30 @@
+"""``wmrl bench synthetic`` and ``wmrl bench overhead``."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(root) -> None:
+    syn = root.subcommand("bench", "synthetic", "simulated GRPO: WMRL against real-execution GRPO", _synthetic)
+    syn.add_argument("--quick", action="store_true", help="small problem that finishes in under 2 minutes")
+    syn.add_argument("--seeds", type=int, default=None, help="number of seeds (default 5, quick 3)")
+    syn.add_argument("--seed0", type=int, default=0, help="first seed")
+    syn.add_argument("--exec-cost", type=float, default=5.0, help="cost units of one real execution")
+    syn.add_argument("--sweep", action="store_true", help="also sweep world-model quality (bias x noise)")
+    syn.add_argument("--out", default="runs/bench-synthetic", help="output directory")
+    over = root.subcommand("bench", "overhead", "corrector step time and debiaser refit time", _overhead)
+    over.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
+    over.add_argument("--out", default="runs/bench-overhead", help="output directory")
+
+
+def _synthetic(args: argparse.Namespace) -> int:
+    from wmrl.core.bench.synthetic import run_from_cli
+
+    return run_from_cli(args)
+
+
+def _overhead(args: argparse.Namespace) -> int:
+    from wmrl.core.bench.overhead import run_from_cli
+
+    return run_from_cli(args)

@@ -1,0 +1,1 @@
+"""WMRL for robot VLA policies: LIBERO-Long, MiniVLA-1B, Robometer."""
