@@ -90,6 +90,10 @@ class Task:
         source: which loader built the task (one of :data:`SOURCES`).
         train_files: file names (relative to ``public_dir``) of the training data, for prompts.
         test_files: file names (relative to ``public_dir``) of the test inputs, for prompts.
+        baseline_score: DSBench's trivial-baseline score ``b`` (metric units), or None.
+        oracle_score: DSBench's ground-truth-against-itself score ``g``, or None. With both set,
+            the relative performance gap ``max(0, (s - b) / (g - b))`` is defined; a task with no
+            leaderboard uses it as its position score.
         metadata: free-form provenance (licence, original dataset, grader name, ...); not part of
             equality or hashing.
     """
@@ -112,6 +116,8 @@ class Task:
     source: str = "custom"
     train_files: tuple[str, ...] = ()
     test_files: tuple[str, ...] = ()
+    baseline_score: float | None = None
+    oracle_score: float | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
