@@ -1,0 +1,270 @@
+"""Online debiasing: a monotone map from world-model score to expected real score.
+
+Anchor groups are graded by both sources, which yields pairs ``(x, y)`` = (world-model score,
+real score). The debiaser fits ``f(x) ≈ E[y | x]`` with scikit-learn's isotonic regression on a
+recency-weighted window of those pairs and pushes every world-model score through ``f`` before
+advantages are formed. Why monotone and not affine: GRPO standardises rewards within each group,
+so an affine map is a no-op on advantages; a monotone piecewise map changes the *spacing* within a
+group (which rollout is how much better), which is what the world model gets wrong.
+
+Timeline within a training step (the order matters for honest diagnostics):
+
+1. :meth:`OnlineDebiaser.observe` receives the step's new anchor pairs and scores them with the map
+   fitted *before* they arrived (prequential: the map never saw them) — these are the reported
+   calibration error and within-group bias reduction;
+2. :meth:`OnlineDebiaser.refit` refits once per step on the window, so the map never changes halfway
+   through a group;
+3. :meth:`OnlineDebiaser.calibrate` maps world-model scores for the step's advantages.
+
+Until ``min_pairs`` pairs have arrived the map is the identity. Optional per-key (per-task) maps are
+shrunk toward the pooled map: ``f_k = (n_k·g_k + κ·f) / (n_k + κ)`` with ``n_k`` the key's
+effective (recency-weighted) pair count and ``κ = shrinkage``; a convex combination of monotone
+maps is monotone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sklearn.isotonic import IsotonicRegression
+
+from wmrl.core.config import require
+
+__all__ = ["DebiasConfig", "IsotonicMap", "OnlineDebiaser", "within_group_bias_reduction"]
+
+
+@dataclass(frozen=True)
+class DebiasConfig:
+    """Settings of the online isotonic calibration.
+
+    Attributes:
+        enabled: ``False`` keeps the identity map forever (the ``fusion_only`` ablation).
+        min_pairs: pairs needed before the first fit; identity until then.
+        half_life_steps: a pair's weight halves every this many steps (``None``: equal weights).
+        max_pairs: window size; the oldest pairs are dropped beyond it.
+        per_key: fit one map per key (task) shrunk toward the pooled map.
+        shrinkage: ``κ``, the pooled map's weight in a per-key map, in pairs.
+        min_key_pairs: pairs a key needs before it gets its own map.
+    """
+
+    enabled: bool = True
+    min_pairs: int = 32
+    half_life_steps: float | None = 50.0
+    max_pairs: int = 5000
+    per_key: bool = False
+    shrinkage: float = 32.0
+    min_key_pairs: int = 8
+
+    def __post_init__(self) -> None:
+        require(self.min_pairs >= 2, f"debias.min_pairs must be >= 2; got {self.min_pairs}")
+        require(
+            self.half_life_steps is None or self.half_life_steps > 0,
+            f"debias.half_life_steps must be > 0 or None; got {self.half_life_steps}",
+        )
+        require(self.max_pairs >= self.min_pairs, f"debias.max_pairs ({self.max_pairs}) must be >= min_pairs ({self.min_pairs})")
+        require(self.shrinkage >= 0, f"debias.shrinkage must be >= 0; got {self.shrinkage}")
+        require(self.min_key_pairs >= 2, f"debias.min_key_pairs must be >= 2; got {self.min_key_pairs}")
+
+
+class IsotonicMap:
+    """A fitted non-decreasing piecewise-linear map (scikit-learn's isotonic fit, evaluated by interpolation).
+
+    Outside the fitted range it is flat (clipped), as scikit-learn's ``out_of_bounds="clip"``.
+    """
+
+    def __init__(self, x_knots: np.ndarray, y_knots: np.ndarray) -> None:
+        self.x_knots = np.asarray(x_knots, dtype=float)
+        self.y_knots = np.asarray(y_knots, dtype=float)
+
+    @classmethod
+    def fit(cls, x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None) -> IsotonicMap:
+        model = IsotonicRegression(increasing=True, out_of_bounds="clip")
+        model.fit(x, y, sample_weight=weight)
+        return cls(model.X_thresholds_, model.y_thresholds_)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return np.interp(x, self.x_knots, self.y_knots)
+
+
+def within_group_bias_reduction(
+    raw: np.ndarray, calibrated: np.ndarray, real: np.ndarray, group_ids: np.ndarray
+) -> tuple[float | None, float, float]:
+    """How much calibration reduces the world model's error *as GRPO sees it*: within groups.
+
+    For each group with at least two pairs, the centred residual ``(x - x̄) - (y - ȳ)`` is what
+    survives GRPO's per-group centring. Returns ``(1 - SS_calibrated / SS_raw, SS_raw, SS_calibrated)``
+    summed over groups; the ratio is ``None`` when ``SS_raw`` is zero (nothing to reduce).
+    """
+    ss_raw = ss_cal = 0.0
+    for gid in np.unique(group_ids):
+        sel = group_ids == gid
+        if sel.sum() < 2:
+            continue
+        y_c = real[sel] - real[sel].mean()
+        ss_raw += float(np.sum((raw[sel] - raw[sel].mean() - y_c) ** 2))
+        ss_cal += float(np.sum((calibrated[sel] - calibrated[sel].mean() - y_c) ** 2))
+    reduction = 1.0 - ss_cal / ss_raw if ss_raw > 1e-12 else None
+    return reduction, ss_raw, ss_cal
+
+
+class OnlineDebiaser:
+    """Isotonic calibration of world-model scores against real scores, refit every step."""
+
+    def __init__(self, config: DebiasConfig | None = None) -> None:
+        self.config = config or DebiasConfig()
+        self._x = np.empty(0)
+        self._y = np.empty(0)
+        self._step = np.empty(0, dtype=np.int64)
+        self._key = np.empty(0, dtype=object)
+        self.pooled: IsotonicMap | None = None
+        self.per_key: dict[str, tuple[IsotonicMap, float]] = {}
+        self.fits = 0
+        self.last_diagnostics: dict[str, float | None] = {}
+
+    # -- data --------------------------------------------------------------------------------
+    @property
+    def n_pairs(self) -> int:
+        return int(self._x.size)
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether a fitted map (not the identity) is in use."""
+        return self.pooled is not None
+
+    def observe(
+        self,
+        step: int,
+        wm: np.ndarray,
+        real: np.ndarray,
+        group_ids: np.ndarray,
+        keys: Sequence[str] | None = None,
+    ) -> dict[str, float | None]:
+        """Add a step's anchor pairs; return prequential diagnostics computed *before* adding them.
+
+        Args:
+            step: the training step the pairs come from (for recency weights).
+            wm, real: shape ``(m,)`` paired scores, both known (callers drop unknowns).
+            group_ids: shape ``(m,)``, the group each pair belongs to (within-group diagnostics).
+            keys: per-pair key (task) for per-key maps; ``None`` = one key.
+        """
+        wm = np.asarray(wm, dtype=float)
+        real = np.asarray(real, dtype=float)
+        group_ids = np.asarray(group_ids)
+        m = wm.size
+        if real.shape != (m,) or group_ids.shape != (m,):
+            raise ValueError(f"wm, real and group_ids must have the same shape (m,); got {wm.shape}, {real.shape}, {group_ids.shape}")
+        if not (np.all(np.isfinite(wm)) and np.all(np.isfinite(real))):
+            raise ValueError("debiaser pairs must be finite: drop unknown (None/NaN) scores before observing")
+        key_arr = np.array([""] * m if keys is None else [str(k) for k in keys], dtype=object)
+        if key_arr.shape != (m,):
+            raise ValueError(f"got {key_arr.size} keys for {m} pairs")
+        diagnostics: dict[str, float | None] = {"pairs_new": float(m)}
+        if m:
+            calibrated = self.calibrate(wm, key_arr)
+            reduction, ss_raw, ss_cal = within_group_bias_reduction(wm, calibrated, real, group_ids)
+            diagnostics.update(
+                prequential_mse_raw=float(np.mean((wm - real) ** 2)),
+                prequential_mse_calibrated=float(np.mean((calibrated - real) ** 2)),
+                bias_reduction=reduction,
+                within_group_ss_raw=ss_raw,
+                within_group_ss_calibrated=ss_cal,
+            )
+            self._x = np.concatenate([self._x, wm])
+            self._y = np.concatenate([self._y, real])
+            self._step = np.concatenate([self._step, np.full(m, int(step), dtype=np.int64)])
+            self._key = np.concatenate([self._key, key_arr])
+            excess = self._x.size - self.config.max_pairs
+            if excess > 0:
+                self._x, self._y = self._x[excess:], self._y[excess:]
+                self._step, self._key = self._step[excess:], self._key[excess:]
+        self.last_diagnostics = diagnostics
+        return diagnostics
+
+    def _weights(self, now: int) -> np.ndarray:
+        if self.config.half_life_steps is None:
+            return np.ones(self._x.size)
+        return 0.5 ** ((now - self._step) / self.config.half_life_steps)
+
+    def refit(self, step: int) -> bool:
+        """Refit the maps on the window (once per step). Returns whether a fitted map is in use."""
+        if not self.config.enabled or self.n_pairs < self.config.min_pairs or np.unique(self._x).size < 2:
+            # Too little (or degenerate) evidence: keep the previous map; identity before the first fit.
+            return self.calibrated
+        weights = self._weights(step)
+        self.pooled = IsotonicMap.fit(self._x, self._y, weights)
+        self.per_key = {}
+        if self.config.per_key:
+            for key in np.unique(self._key):
+                sel = self._key == key
+                if sel.sum() >= self.config.min_key_pairs and np.unique(self._x[sel]).size >= 2:
+                    self.per_key[str(key)] = (IsotonicMap.fit(self._x[sel], self._y[sel], weights[sel]), float(weights[sel].sum()))
+        self.fits += 1
+        return True
+
+    def calibrate(self, wm: np.ndarray, keys: Sequence[str] | np.ndarray | None = None) -> np.ndarray:
+        """Map world-model scores through the current map (NaN stays NaN). Shape preserved."""
+        wm = np.asarray(wm, dtype=float)
+        if self.pooled is None:
+            return wm.copy()
+        out = self.pooled(wm)
+        if self.per_key and keys is not None:
+            key_arr = np.asarray(keys, dtype=object)
+            if key_arr.shape != wm.shape:
+                raise ValueError(f"keys must have the scores' shape {wm.shape}; got {key_arr.shape}")
+            kappa = self.config.shrinkage
+            for key, (fmap, n_k) in self.per_key.items():
+                sel = key_arr == key
+                if sel.any():
+                    out[sel] = (n_k * fmap(wm[sel]) + kappa * out[sel]) / (n_k + kappa)
+        out[np.isnan(wm)] = np.nan
+        return out
+
+    def uncertainty(self, wm: np.ndarray, bins: int = 10) -> np.ndarray:
+        """Per-score uncertainty of the calibration: residual variance / pairs in the score's bin.
+
+        This is the squared standard error of the calibrated value where the score falls, so it
+        is large where the calibration has few pairs or a large residual (the active scheduler's
+        preference). Shape preserved; NaN scores get 0.
+        """
+        wm = np.asarray(wm, dtype=float)
+        if self.n_pairs == 0:
+            return np.where(np.isnan(wm), 0.0, 1.0)
+        lo, hi = float(np.min(self._x)), float(np.max(self._x))
+        edges = np.linspace(lo, hi + 1e-9, bins + 1)
+        pair_bin = np.clip(np.searchsorted(edges, self._x, side="right") - 1, 0, bins - 1)
+        fitted = self.calibrate(self._x)
+        resid2 = (self._y - fitted) ** 2
+        counts = np.bincount(pair_bin, minlength=bins).astype(float)
+        sums = np.bincount(pair_bin, weights=resid2, minlength=bins)
+        pooled_var = float(resid2.mean()) + 1e-6
+        # A bin with no pairs gets the pooled residual variance over half a pair: maximally uncertain.
+        var = np.where(counts > 0, sums / np.maximum(counts, 1.0), pooled_var)
+        se2 = var / np.where(counts > 0, counts, 0.5)
+        score_bin = np.clip(np.searchsorted(edges, np.nan_to_num(wm, nan=lo), side="right") - 1, 0, bins - 1)
+        out = se2[score_bin]
+        return np.where(np.isnan(wm), 0.0, out)
+
+    # -- state -------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "x": self._x.copy(),
+            "y": self._y.copy(),
+            "step": self._step.copy(),
+            "key": [str(k) for k in self._key],
+            "pooled": None if self.pooled is None else (self.pooled.x_knots.copy(), self.pooled.y_knots.copy()),
+            "per_key": {k: (m.x_knots.copy(), m.y_knots.copy(), n) for k, (m, n) in self.per_key.items()},
+            "fits": self.fits,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._x = np.asarray(state["x"], dtype=float).copy()
+        self._y = np.asarray(state["y"], dtype=float).copy()
+        self._step = np.asarray(state["step"], dtype=np.int64).copy()
+        self._key = np.array(list(state["key"]), dtype=object)
+        pooled = state["pooled"]
+        self.pooled = None if pooled is None else IsotonicMap(pooled[0], pooled[1])
+        self.per_key = {str(k): (IsotonicMap(v[0], v[1]), float(v[2])) for k, v in state["per_key"].items()}
+        self.fits = int(state["fits"])
