@@ -130,6 +130,12 @@ class Task:
             raise TaskError(f"task {self.id!r}: description must be a string")
         set_(self, "public_dir", Path(self.public_dir))
         set_(self, "answers_path", Path(self.answers_path))
+        public, answers = self.public_dir.resolve(), self.answers_path.resolve()
+        if answers == public or public in answers.parents:
+            raise TaskError(
+                f"task {self.id!r}: the answers file {self.answers_path} lies inside the public folder "
+                f"{self.public_dir}; a solution could read it"
+            )
         if not isinstance(self.sample_submission, str) or not self.sample_submission:
             raise TaskError(f"task {self.id!r}: sample_submission must be a file name inside public_dir")
         set_(self, "id_columns", _as_str_tuple(f"task {self.id!r}: id_columns", self.id_columns))
