@@ -100,7 +100,8 @@ def group_advantages(
     var = np.where(known, centred**2, 0.0).sum(axis=1) / np.maximum(graded, 1)
     std = np.sqrt(var)
     degenerate = contributes & (std <= 1e-12)
-    adv = centred / (std + cfg.eps)[:, None] if cfg.standardize else centred
+    with np.errstate(divide="ignore", invalid="ignore"):  # degenerate groups are zeroed just below
+        adv = centred / (std + cfg.eps)[:, None] if cfg.standardize else centred
     # A group whose known rewards are all equal carries no preference: exact zeros, not 0/eps noise.
     adv = np.where(degenerate[:, None] & known, 0.0, adv)
     adv[~contributes] = np.nan

@@ -101,11 +101,14 @@ class CorrectorConfig:
         )
 
     @classmethod
-    def preset(cls, name: str, **changes: Any) -> CorrectorConfig:
-        """A named configuration (see :data:`PRESETS`), with top-level fields replaced by ``changes``."""
+    def preset(cls, name: str, base: CorrectorConfig | None = None, **changes: Any) -> CorrectorConfig:
+        """A named configuration (see :data:`PRESETS`) applied on top of ``base`` with ``changes``.
+
+        The preset wins over ``base`` for the parts it sets (``real`` always anchors every group).
+        """
         if name not in PRESETS:
             raise ValueError(f"unknown corrector preset {name!r}; known: {sorted(PRESETS)}")
-        return replace(PRESETS[name](cls()), **changes)
+        return PRESETS[name](replace(base or cls(), **changes))
 
 
 def _with(config: CorrectorConfig, **parts: Any) -> CorrectorConfig:
@@ -117,7 +120,9 @@ def _with(config: CorrectorConfig, **parts: Any) -> CorrectorConfig:
 
 PRESETS = {
     "wmrl": lambda c: c,
+    "wmrl_inverse_variance": lambda c: _with(c, fusion={"mode": "inverse_variance"}),
     "wmrl_mse": lambda c: _with(c, fusion={"mode": "mse"}),
+    "wmrl_adaptive_budget": lambda c: _with(c, budget={"adaptive": True}),
     "wmrl_paper_weight": lambda c: _with(c, fusion={"mode": "paper"}),
     "debias_only": lambda c: _with(c, fusion={"mode": "none"}),
     "fusion_only": lambda c: _with(c, debias={"enabled": False}),

@@ -113,7 +113,7 @@ def as_source(
     name: str | None = None,
 ) -> FunctionSource:
     """Turn a batch scoring function into a reward source (name defaults to the function's name)."""
-    return FunctionSource(fn=fn, role=Role.parse(role), name=name or getattr(fn, "__name__", "source"))
+    return FunctionSource(fn=fn, role=Role.parse(role), name=getattr(fn, "__name__", "source") if name is None else name)
 
 
 def _validate_value(source_name: str, index: int, value: Any) -> float | None:

@@ -1,0 +1,205 @@
+"""A simulated GRPO problem where the true reward is known and real execution is costly.
+
+The problem (documented for readers in ``docs/benchmarks.md``):
+
+* **Tasks and solutions.** ``n_tasks`` tasks, each with a discrete space of ``n_solutions``
+  candidate solutions. The policy is a softmax over solutions per task (logits start at 0).
+* **Reward landscape (sparse).** Each solution has a fixed outcome on the grading ladder, as an
+  ML script would: syntax error 0.0, runtime error 0.1, ran without a submission 0.2, or valid
+  with quality ``q ~ Beta(2, 5)`` scoring ``0.5 + 0.5 q``. Most solutions fail; excellent ones are
+  rare. Real execution returns the true reward (and is unknown, ``None``, with a small harness
+  failure rate).
+* **World model (what the paper describes).**
+  ``s = clip(h_t(r + b + ξ), 0, 1)`` where
+  - ``b`` is a *persistent per-solution error* (the same every time that solution is graded):
+    small Gaussian misjudgement plus *status confusions* — some crashing solutions look valid to
+    the world model, some valid ones look broken. Calibration cannot remove it (it is not a
+    function of the score); only real execution of that solution reveals it.
+  - ``ξ`` is fresh per-call noise.
+  - ``h_t`` is a *monotone but non-affine* distortion, different per task, which *drifts as the
+    policy moves*: its curvature goes from convex to concave as the policy's true reward rises
+    (the world model grows optimistic about the code a better policy writes). An affine map would
+    be invisible to GRPO; this one changes within-group spacing, which calibration can undo.
+  - a small share of calls is unknown (``None``).
+* **GRPO.** Each step samples ``groups_per_step`` tasks and ``group_size`` solutions per task,
+  forms group advantages with the corrector and takes an SGD step on the logits:
+  ``θ_t += lr · mean_i(A_i (e_{k_i} − π_t))``.
+* **Cost.** Counted per rollout: generation + update ``base_cost`` (every arm), world-model
+  prediction ``wm_cost`` per prediction made, real execution ``exec_cost`` per rollout executed.
+
+Everything is seeded: the same seed gives the same landscape, world model and initial policy in
+every arm, so arms differ only in how they grade.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from wmrl.core.config import require
+from wmrl.core.corrector import Corrector, CorrectorConfig
+
+__all__ = ["ARMS", "ArmResult", "Landscape", "SimConfig", "run_arm"]
+
+# arm name -> corrector preset (and whether the arm consults the world model at all)
+ARMS: dict[str, str] = {
+    "real": "real",
+    "world_model": "world_model",
+    "wmrl": "wmrl",
+    "debias_only": "debias_only",
+    "fusion_only": "fusion_only",
+    "uncorrected_mix": "uncorrected_mix",
+    "wmrl_paper_weight": "wmrl_paper_weight",
+    "wmrl_inverse_variance": "wmrl_inverse_variance",
+    "wmrl_mse": "wmrl_mse",
+    "wmrl_adaptive_budget": "wmrl_adaptive_budget",
+}
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """The simulated problem. Units: rewards in [0, 1]; costs in abstract units per rollout."""
+
+    n_tasks: int = 24
+    n_solutions: int = 48
+    groups_per_step: int = 16
+    group_size: int = 8
+    steps: int = 300
+    lr: float = 2.0
+    # reward landscape: probabilities of syntax error, runtime error, ran without submission (rest valid)
+    p_syntax: float = 0.05
+    p_runtime: float = 0.45
+    p_no_submission: float = 0.2
+    # world model
+    bias_strength: float = 1.0
+    noise: float = 0.12
+    confusion_rate: float = 0.15
+    drift: float = 1.0
+    wm_unknown: float = 0.03
+    real_unknown: float = 0.01
+    # costs
+    base_cost: float = 1.0
+    wm_cost: float = 0.1
+    exec_cost: float = 5.0
+    corrector: CorrectorConfig = field(default_factory=CorrectorConfig)
+
+    def __post_init__(self) -> None:
+        require(self.n_tasks >= self.groups_per_step >= 1, "need n_tasks >= groups_per_step >= 1")
+        require(self.n_solutions >= 2 and self.group_size >= 2, "need n_solutions >= 2 and group_size >= 2")
+        require(self.steps >= 1 and self.lr > 0, "need steps >= 1 and lr > 0")
+        require(self.p_syntax + self.p_runtime + self.p_no_submission < 1, "failure probabilities must leave room for valid solutions")
+        for name in ("bias_strength", "noise", "confusion_rate", "drift", "wm_unknown", "real_unknown", "base_cost", "wm_cost", "exec_cost"):
+            require(getattr(self, name) >= 0, f"{name} must be >= 0")
+        require(self.confusion_rate * self.bias_strength <= 1, "confusion_rate * bias_strength must be <= 1")
+
+
+class Landscape:
+    """The true rewards and the world model's error structure for one seed."""
+
+    def __init__(self, cfg: SimConfig, seed: int) -> None:
+        rng = np.random.default_rng([seed, 0x5EED])
+        shape = (cfg.n_tasks, cfg.n_solutions)
+        u = rng.random(shape)
+        p1 = cfg.p_syntax
+        p2 = p1 + cfg.p_runtime
+        p3 = p2 + cfg.p_no_submission
+        quality = rng.beta(2.0, 5.0, shape)
+        self.reward = np.where(u < p1, 0.0, np.where(u < p2, 0.1, np.where(u < p3, 0.2, 0.5 + 0.5 * quality)))
+        self.valid = u >= p3
+        # Persistent per-solution error: Gaussian misjudgement + status confusions.
+        misjudge = rng.normal(0.0, 0.08 * cfg.bias_strength, shape)
+        confuse = rng.random(shape) < cfg.confusion_rate * cfg.bias_strength
+        looks_valid = 0.5 + 0.5 * rng.beta(2.0, 3.0, shape)  # what a confused world model believes
+        looks_broken = 0.1
+        confusion = np.where(self.valid, looks_broken - self.reward, looks_valid - self.reward)
+        self.bias = misjudge + np.where(confuse, confusion, 0.0)
+        # Per-task distortion offsets (the per-task calibration has something to find).
+        self.task_offset = rng.uniform(-0.08, 0.08, cfg.n_tasks)
+        self.best = self.reward.max(axis=1)
+        self.cfg = cfg
+
+    def distort(self, x: np.ndarray, tasks: np.ndarray, progress: float) -> np.ndarray:
+        """``h_t``: monotone, non-affine, drifting with the policy's progress in [0, 1]."""
+        power = np.exp(np.log(2.0) * (1.0 - 2.0 * min(max(progress, 0.0), 1.0) * self.cfg.drift))
+        base = np.clip(x, 0.0, 1.0) ** power
+        return 0.15 + self.task_offset[tasks][:, None] + 0.75 * base
+
+    def true_value(self, logits: np.ndarray) -> float:
+        """Mean over tasks of the policy's expected true reward."""
+        p = np.exp(logits - logits.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        return float(np.mean(np.sum(p * self.reward, axis=1)))
+
+
+@dataclass
+class ArmResult:
+    """Per-step curves of one arm on one seed: true reward, and the counts that make up cost."""
+
+    true_reward: np.ndarray  # (steps + 1,) including the initial policy
+    rollouts: np.ndarray  # (steps,) rollouts generated per step
+    wm_calls: np.ndarray  # (steps,) world-model predictions per step
+    executions: np.ndarray  # (steps,) real executions per step
+    metrics: list[dict] = field(default_factory=list)
+
+    def cost(self, cfg: SimConfig, exec_cost: float | None = None) -> np.ndarray:
+        """Cumulative cost after each step, shape ``(steps + 1,)`` (0 before training)."""
+        c = cfg.exec_cost if exec_cost is None else exec_cost
+        per_step = self.rollouts * cfg.base_cost + self.wm_calls * cfg.wm_cost + self.executions * c
+        return np.concatenate([[0.0], np.cumsum(per_step)])
+
+
+def run_arm(cfg: SimConfig, arm: str, seed: int, keep_metrics: bool = False) -> ArmResult:
+    """Train one arm on one seed; return its curves."""
+    if arm not in ARMS:
+        raise ValueError(f"unknown arm {arm!r}; known: {sorted(ARMS)}")
+    land = Landscape(cfg, seed)
+    rng = np.random.default_rng([seed, 0xA11, 7])
+    corrector = Corrector(CorrectorConfig.preset(ARMS[arm], cfg.corrector, seed=seed))
+    uses_wm = arm != "real"
+    logits = np.zeros((cfg.n_tasks, cfg.n_solutions))
+    start = land.true_value(logits)
+    top = float(land.best.mean())
+    curve = [start]
+    rollouts, wm_calls, executions, metrics = [], [], [], []
+    G = cfg.group_size
+    for step in range(cfg.steps):
+        tasks = rng.choice(cfg.n_tasks, cfg.groups_per_step, replace=False)
+        probs = np.exp(logits[tasks] - logits[tasks].max(axis=1, keepdims=True))
+        probs /= probs.sum(axis=1, keepdims=True)
+        # Inverse-CDF sampling of G solutions per group, vectorised over groups.
+        cdf = np.cumsum(probs, axis=1)
+        picks = (rng.random((len(tasks), G))[:, :, None] > cdf[:, None, :]).sum(axis=2)
+        picks = np.minimum(picks, cfg.n_solutions - 1)
+        true = land.reward[tasks[:, None], picks]
+        progress = (curve[-1] - start) / max(top - start, 1e-9)
+        noisy = true + land.bias[tasks[:, None], picks] + rng.normal(0.0, cfg.noise, true.shape)
+        wm = np.clip(land.distort(noisy, tasks, progress), 0.0, 1.0)
+        wm[rng.random(wm.shape) < cfg.wm_unknown] = np.nan
+        real_all = np.where(rng.random(true.shape) < cfg.real_unknown, np.nan, true)
+        keys = [f"{step}:{i}" for i in range(len(tasks))]
+        task_keys = [f"t{t}" for t in tasks]
+        plan = corrector.plan(keys, task_keys, wm)
+        real = np.where(plan.anchor[:, None], real_all, np.nan)
+        out = corrector.correct(plan, wm, real)
+        adv = np.nan_to_num(out.advantages, nan=0.0)
+        # ∇ log π(k) = e_k − π ; mean over all rollouts of the batch (as a token-mean loss would).
+        onehot = np.zeros((len(tasks), G, cfg.n_solutions))
+        np.put_along_axis(onehot, picks[:, :, None], 1.0, axis=2)
+        grad = np.einsum("gi,gik->gk", adv, onehot - probs[:, None, :]) / (len(tasks) * G)
+        np.add.at(logits, tasks, cfg.lr * grad * len(tasks))
+        curve.append(land.true_value(logits))
+        n_roll = len(tasks) * G
+        rollouts.append(n_roll)
+        wm_calls.append(n_roll if uses_wm else 0)
+        executions.append(int(plan.anchor.sum()) * G)
+        if keep_metrics:
+            metrics.append(out.metrics)
+    return ArmResult(
+        true_reward=np.array(curve),
+        rollouts=np.array(rollouts, dtype=float),
+        wm_calls=np.array(wm_calls, dtype=float),
+        executions=np.array(executions, dtype=float),
+        metrics=metrics,
+    )
+

@@ -1,0 +1,243 @@
+"""``wmrl bench synthetic``: every arm on the same seeds, true reward against cost.
+
+Writes ``DIR/results.json`` (per arm under ``arms.<name>``: ``final_true_reward``,
+``final_true_reward_ci95``, ``cost``, ``cost_to_target``, ``compute_ratio_vs_real``, and more),
+``DIR/reward_vs_cost.png`` and, with ``--sweep``, ``DIR/sweep.png`` and ``sweep`` in the JSON.
+Definitions:
+
+* ``final_true_reward``: mean over seeds of the policy's expected true reward after the last step;
+  ``final_true_reward_ci95``: half-width of the 95% t-interval over seeds.
+* ``cost``: mean total cost of the run (same number of steps for every arm).
+* ``cost_to_target``: cost at which the arm's seed-mean curve first reaches 95% of the ``real``
+  arm's final true reward; ``None`` if it never does.
+* ``compute_ratio_vs_real``: ``real`` arm's total cost / this arm's total cost (the paper's
+  headline unit: the same training run, costed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from wmrl.core.bench.simulation import ARMS, ArmResult, SimConfig, run_arm
+from wmrl.core.config import to_dict
+
+SENSITIVITY_EXEC_COSTS = (2.0, 5.0, 20.0)
+SWEEP_BIAS = (0.5, 1.0, 2.0)
+SWEEP_NOISE = (0.05, 0.15, 0.3)
+
+
+def ci95(values: np.ndarray) -> float:
+    """Half-width of the 95% Student-t interval of the mean (0 for one value)."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    return float(stats.t.ppf(0.975, n - 1) * np.std(values, ddof=1) / np.sqrt(n))
+
+
+def summarise(cfg: SimConfig, runs: dict[str, list[ArmResult]], exec_cost: float) -> dict[str, dict[str, Any]]:
+    """The per-arm summary for one execution cost."""
+    real_final = float(np.mean([r.true_reward[-1] for r in runs["real"]])) if "real" in runs else None
+    real_cost = float(np.mean([r.cost(cfg, exec_cost)[-1] for r in runs["real"]])) if "real" in runs else None
+    target = None if real_final is None else 0.95 * real_final
+    out = {}
+    for arm, results in runs.items():
+        finals = np.array([r.true_reward[-1] for r in results])
+        curve = np.mean([r.true_reward for r in results], axis=0)
+        costs = np.mean([r.cost(cfg, exec_cost) for r in results], axis=0)
+        reached = np.flatnonzero(curve >= target) if target is not None else np.array([], dtype=int)
+        weights = [m.get("wmrl/effective_lr_scale") for r in results for m in r.metrics]
+        anchor_w = [m.get("wmrl/weight_anchor") for r in results for m in r.metrics]
+        share = [m.get("wmrl/anchor_share") for r in results for m in r.metrics]
+        out[arm] = {
+            "final_true_reward": float(finals.mean()),
+            "final_true_reward_ci95": ci95(finals),
+            "final_true_reward_per_seed": finals.tolist(),
+            "cost": float(costs[-1]),
+            "cost_to_target": float(costs[reached[0]]) if reached.size else None,
+            "compute_ratio_vs_real": real_cost / float(costs[-1]) if real_cost and costs[-1] > 0 else None,
+            "realised_anchor_fraction": float(np.mean([r.executions.sum() / r.rollouts.sum() for r in results])),
+            "mean_effective_lr_scale": _mean_known(weights),
+            "mean_anchor_weight": _mean_known(anchor_w),
+            "mean_anchor_share": _mean_known(share),
+        }
+    return out
+
+
+def _mean_known(values: list) -> float | None:
+    known = [v for v in values if v is not None]
+    return float(np.mean(known)) if known else None
+
+
+def run_arms(cfg: SimConfig, arms: list[str], seeds: list[int], progress: bool = True) -> dict[str, list[ArmResult]]:
+    runs: dict[str, list[ArmResult]] = {}
+    total = len(arms) * len(seeds)
+    done = 0
+    for arm in arms:
+        runs[arm] = []
+        for seed in seeds:
+            runs[arm].append(run_arm(cfg, arm, seed, keep_metrics=True))
+            done += 1
+            if progress and (sys.stderr.isatty() or done % max(1, total // 10) == 0 or done == total):
+                end = "" if sys.stderr.isatty() else "\n"
+                print(f"\r  {done}/{total} runs ({arm}, seed {seed})".ljust(60), end=end, file=sys.stderr, flush=True)
+    if progress and sys.stderr.isatty():
+        print(file=sys.stderr)
+    return runs
+
+
+def sweep(cfg: SimConfig, seeds: list[int], progress: bool = True) -> dict[str, Any]:
+    """``wmrl``/``real`` final-reward ratio and compute ratio over world-model quality."""
+    cells = []
+    for bias in SWEEP_BIAS:
+        for noise in SWEEP_NOISE:
+            cell_cfg = replace(cfg, bias_strength=bias, noise=noise, confusion_rate=min(cfg.confusion_rate, 1.0 / bias))
+            runs = {arm: [run_arm(cell_cfg, arm, s) for s in seeds] for arm in ("real", "wmrl", "world_model")}
+            summary = summarise(cell_cfg, runs, cfg.exec_cost)
+            cells.append(
+                {
+                    "bias_strength": bias,
+                    "noise": noise,
+                    "reward_ratio_wmrl_vs_real": summary["wmrl"]["final_true_reward"] / summary["real"]["final_true_reward"],
+                    "reward_ratio_world_model_vs_real": summary["world_model"]["final_true_reward"] / summary["real"]["final_true_reward"],
+                    "compute_ratio": summary["wmrl"]["compute_ratio_vs_real"],
+                    "wmrl_reached_target": summary["wmrl"]["cost_to_target"] is not None,
+                }
+            )
+            if progress:
+                print(f"\r  sweep cell bias={bias} noise={noise} done".ljust(60), end="", file=sys.stderr, flush=True)
+    if progress:
+        print(file=sys.stderr)
+    return {"bias_levels": list(SWEEP_BIAS), "noise_levels": list(SWEEP_NOISE), "cells": cells}
+
+
+def format_table(summary: dict[str, dict[str, Any]], exec_cost: float) -> str:
+    lines = [
+        f"exec cost = {exec_cost:g} units per real execution",
+        f"{'arm':<20} {'final reward':>16} {'cost':>10} {'cost→target':>12} {'compute ratio':>14} {'eff. lr':>8}",
+    ]
+    for arm, s in summary.items():
+        to_target = "never" if s["cost_to_target"] is None else f"{s['cost_to_target']:.0f}"
+        ratio = "-" if s["compute_ratio_vs_real"] is None else f"{s['compute_ratio_vs_real']:.2f}x"
+        lr = "-" if s["mean_effective_lr_scale"] is None else f"{s['mean_effective_lr_scale']:.2f}"
+        lines.append(
+            f"{arm:<20} {s['final_true_reward']:>8.3f} ± {s['final_true_reward_ci95']:<5.3f} {s['cost']:>10.0f} {to_target:>12} {ratio:>14} {lr:>8}"
+        )
+    return "\n".join(lines)
+
+
+def plot_curves(cfg: SimConfig, runs: dict[str, list[ArmResult]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for arm, results in runs.items():
+        costs = np.mean([r.cost(cfg) for r in results], axis=0)
+        curves = np.array([r.true_reward for r in results])
+        mean = curves.mean(axis=0)
+        half = np.array([ci95(curves[:, i]) for i in range(curves.shape[1])])
+        ax.plot(costs, mean, label=arm)
+        ax.fill_between(costs, mean - half, mean + half, alpha=0.15)
+    ax.set_xscale("log")
+    ax.set_xlabel(f"cumulative cost (units; real execution = {cfg.exec_cost:g}, world model = {cfg.wm_cost:g}, generation+update = {cfg.base_cost:g})")
+    ax.set_ylabel("true expected reward of the policy")
+    ax.set_title("Simulated GRPO: true reward against cost (mean, 95% CI over seeds)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_sweep(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bias, noise = result["bias_levels"], result["noise_levels"]
+    grids = {}
+    for key in ("reward_ratio_wmrl_vs_real", "compute_ratio"):
+        grid = np.zeros((len(bias), len(noise)))
+        for c in result["cells"]:
+            grid[bias.index(c["bias_strength"]), noise.index(c["noise"])] = c[key]
+        grids[key] = grid
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    for ax, (key, title) in zip(axes, [("reward_ratio_wmrl_vs_real", "final true reward: wmrl / real"), ("compute_ratio", "compute ratio: real cost / wmrl cost")], strict=True):
+        im = ax.imshow(grids[key], origin="lower", cmap="viridis", aspect="auto")
+        ax.set_xticks(range(len(noise)), [str(n) for n in noise])
+        ax.set_yticks(range(len(bias)), [str(b) for b in bias])
+        ax.set_xlabel("world-model per-call noise (sd)")
+        ax.set_ylabel("persistent bias strength")
+        ax.set_title(title)
+        for i in range(len(bias)):
+            for j in range(len(noise)):
+                ax.text(j, i, f"{grids[key][i, j]:.2f}", ha="center", va="center", color="w")
+        fig.colorbar(im, ax=ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run_from_cli(args: argparse.Namespace) -> int:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("wmrl bench synthetic writes plots and needs matplotlib: pip install 'wmrl[viz]'", file=sys.stderr)
+        return 2
+    if args.exec_cost <= 0:
+        print("--exec-cost must be > 0", file=sys.stderr)
+        return 2
+    seeds_n = args.seeds if args.seeds is not None else (3 if args.quick else 5)
+    if seeds_n < 1:
+        print("--seeds must be >= 1", file=sys.stderr)
+        return 2
+    cfg = SimConfig(exec_cost=args.exec_cost)
+    if args.quick:
+        cfg = replace(cfg, steps=150, n_tasks=16, groups_per_step=12)
+    seeds = list(range(args.seed0, args.seed0 + seeds_n))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    print(f"wmrl bench synthetic: {len(ARMS)} arms x {len(seeds)} seeds, {cfg.steps} steps each", file=sys.stderr)
+    runs = run_arms(cfg, list(ARMS), seeds)
+    summary = summarise(cfg, runs, cfg.exec_cost)
+    sensitivity = {f"{c:g}": {arm: {k: s[k] for k in ("cost", "cost_to_target", "compute_ratio_vs_real")} for arm, s in summarise(cfg, runs, c).items()} for c in SENSITIVITY_EXEC_COSTS}
+    print(format_table(summary, cfg.exec_cost))
+    print("\nSensitivity of the compute ratio (real cost / arm cost) to the cost of one real execution:")
+    print(f"{'arm':<20} " + " ".join(f"{'exec=' + k:>10}" for k in sensitivity))
+    for arm in ARMS:
+        cells = [sensitivity[k][arm]["compute_ratio_vs_real"] for k in sensitivity]
+        print(f"{arm:<20} " + " ".join(f"{c:>9.2f}x" if c else f"{'-':>10}" for c in cells))
+    result: dict[str, Any] = {
+        "config": to_dict(cfg),
+        "seeds": seeds,
+        "definitions": __doc__,
+        "arms": summary,
+        "sensitivity": sensitivity,
+        "curves": {arm: {"true_reward_mean": np.mean([r.true_reward for r in rs], axis=0).tolist(), "cost_mean": np.mean([r.cost(cfg) for r in rs], axis=0).tolist()} for arm, rs in runs.items()},
+    }
+    plot_curves(cfg, runs, out / "reward_vs_cost.png")
+    if args.sweep:
+        sweep_seeds = seeds[: max(2, min(3, len(seeds)))]
+        result["sweep"] = sweep(cfg, sweep_seeds)
+        print("\nWorld-model quality sweep (wmrl/real final reward | compute ratio):")
+        print(f"{'bias / noise':<14}" + "".join(f"{n:>18}" for n in SWEEP_NOISE))
+        for b in SWEEP_BIAS:
+            row = [c for c in result["sweep"]["cells"] if c["bias_strength"] == b]
+            print(f"{b:<14}" + "".join(f"{c['reward_ratio_wmrl_vs_real']:>10.3f} | {c['compute_ratio']:.2f}x" for c in row))
+        plot_sweep(result["sweep"], out / "sweep.png")
+    result["wall_s"] = time.perf_counter() - started
+    (out / "results.json").write_text(json.dumps(result, indent=2))
+    print(f"\nwrote {out / 'results.json'} and plots in {out} ({result['wall_s']:.0f} s)")
+    return 0

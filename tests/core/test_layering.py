@@ -1,0 +1,66 @@
+"""Layering and packaging rules: core stands alone; every package is installed; the CLI lists its commands."""
+
+import ast
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE_ONLY = """
+import sys, importlib.abc
+BLOCKED = {"pandas", "transformers", "trl", "peft", "datasets", "accelerate", "matplotlib", "tensorboard",
+           "robosuite", "libero", "mujoco", "gymnasium", "docker", "ray", "vllm", "verl", "tqdm", "gguf", "imageio"}
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"{name} is not a base dependency")
+sys.meta_path.insert(0, Block())
+import pkgutil, importlib, wmrl.core
+for mod in pkgutil.walk_packages(wmrl.core.__path__, "wmrl.core."):
+    importlib.import_module(mod.name)
+from wmrl.core.cli import build_parser
+build_parser()  # registering every plugin's commands must not need an extra either
+print("ok")
+"""
+
+
+def test_core_never_imports_the_domain_packages():
+    offenders = []
+    for path in (ROOT / "core").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                if name.split(".")[:2] in (["wmrl", "autoresearch"], ["wmrl", "embodied"]) or name.split(".")[0] in ("autoresearch", "embodied"):
+                    offenders.append(f"{path.relative_to(ROOT)}: {name}")
+    assert not offenders, offenders
+
+
+def test_core_and_the_cli_import_with_only_the_base_dependencies():
+    result = subprocess.run([sys.executable, "-c", BASE_ONLY], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-2000:]
+
+
+def test_every_package_folder_is_listed_in_pyproject():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    mapping = config["package-dir"]
+    found = set()
+    for name, folder in mapping.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder)
+            found.add(".".join([name, *rel.parts]) if rel.parts else name)
+    assert found <= listed, f"add to [tool.setuptools] packages: {sorted(found - listed)}"
+
+
+def test_cli_help_lists_the_commands():
+    result = subprocess.run([sys.executable, "-m", "wmrl.core.cli", "--help"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "bench" in result.stdout
+    result = subprocess.run([sys.executable, "-m", "wmrl.core.cli", "bench", "--help"], capture_output=True, text=True, timeout=120)
+    assert "synthetic" in result.stdout and "overhead" in result.stdout
