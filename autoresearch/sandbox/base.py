@@ -1,0 +1,296 @@
+"""The sandbox interface and the machinery the local backends share.
+
+A :class:`Sandbox` runs one untrusted solution (Python source) against one public data folder
+under :class:`~.limits.Limits` and returns an :class:`~.result.ExecutionResult`. The solution's
+contract is the same for every backend and is stated in the agent's prompt:
+
+- ``DATA_DIR`` names the public data folder (read-only);
+- ``SUBMISSION_PATH`` names the CSV file to write;
+- the working directory is a fresh, empty, writable scratch folder (also ``HOME``), and ``TMPDIR``
+  a private temporary folder.
+
+``run`` never raises for anything the solution does; it raises ``TypeError``/``ValueError`` only
+for a caller's mistake (code not a string, data folder missing). Everything else that goes wrong
+on our side is a ``harness_error`` result with a reason.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+
+from . import launcher as _launcher_module
+from .cgroups import CgroupError, CgroupSupport, ExecutionCgroup, detect
+from .limits import Limits
+from .result import ExecutionResult, Resources
+from .supervisor import RawOutcome, SpawnSpec, classify, supervise
+
+__all__ = ["LAUNCHER_PATH", "CpuAllocator", "LocalSandbox", "Sandbox", "SandboxError"]
+
+log = logging.getLogger("wmrl.autoresearch.sandbox")
+
+LAUNCHER_PATH = Path(_launcher_module.__file__).resolve()
+SUBMISSION_NAME = "submission.csv"
+
+
+class SandboxError(RuntimeError):
+    """A sandbox could not be constructed as asked (unknown backend, engine not answering...)."""
+
+
+class CpuAllocator:
+    """Hands out CPU cores to concurrent executions, least-used first.
+
+    With N slots on N cores and ``cpus=1`` each concurrent execution gets its own core instead
+    of all of them landing on core 0.
+    """
+
+    def __init__(self, cores: Sequence[int] | None = None) -> None:
+        if cores is None:
+            cores = (
+                sorted(os.sched_getaffinity(0))
+                if hasattr(os, "sched_getaffinity")
+                else list(range(os.cpu_count() or 1))
+            )
+        self._use = dict.fromkeys(cores, 0)
+        self._lock = threading.Lock()
+
+    @property
+    def cores(self) -> list[int]:
+        return list(self._use)
+
+    def acquire(self, n: int) -> list[int]:
+        with self._lock:
+            chosen = sorted(self._use, key=lambda c: (self._use[c], c))[: max(1, min(n, len(self._use)))]
+            for c in chosen:
+                self._use[c] += 1
+            return sorted(chosen)
+
+    def release(self, cores: Sequence[int]) -> None:
+        with self._lock:
+            for c in cores:
+                if c in self._use and self._use[c] > 0:
+                    self._use[c] -= 1
+
+
+_CPUS = CpuAllocator()
+
+
+class Sandbox(ABC):
+    """One way of running untrusted solutions. Thread-safe: ``run`` may be called concurrently.
+
+    Args:
+        output_root: where copies of submissions are kept (``<root>/<execution id>/submission.csv``).
+            Default: a private temporary folder removed when the interpreter exits; pass a folder to
+            keep them (the caller then owns it).
+    """
+
+    name: str = "abstract"
+    isolated: bool = False
+    #: Why this backend cannot run here (``None`` when it can); every run then is a harness_error.
+    problem: str | None = None
+
+    def __init__(self, *, output_root: str | os.PathLike | None = None) -> None:
+        if output_root is None:
+            root = Path(tempfile.mkdtemp(prefix="wmrl-sandbox-out-"))
+            atexit.register(shutil.rmtree, root, True)
+        else:
+            root = Path(output_root)
+            root.mkdir(parents=True, exist_ok=True)
+        self.output_root = root.resolve()
+
+    # -- the interface ------------------------------------------------------------------------
+    def run(self, code: str, data_dir: str | os.PathLike, limits: Limits | None = None) -> ExecutionResult:
+        """Run ``code`` (Python source) with ``data_dir`` as its public data; see the module doc."""
+        if not isinstance(code, str):
+            raise TypeError(f"code must be Python source text (str); got {type(code).__name__}")
+        limits = Limits() if limits is None else limits
+        if not isinstance(limits, Limits):
+            raise TypeError(f"limits must be a Limits; got {type(limits).__name__}")
+        data = Path(data_dir)
+        if not data.is_dir():
+            raise ValueError(f"data_dir must be an existing folder; got {str(data)!r}")
+        execution_id = uuid.uuid4().hex
+        try:
+            if self.problem is not None:
+                result = ExecutionResult(status="harness_error", reason=self.problem)
+            else:
+                result = self._run(code, data.resolve(), limits, execution_id)
+        except Exception as exc:  # our bug or an environment failure: never the solution's fault
+            log.exception("sandbox %s failed to run execution %s", self.name, execution_id)
+            result = ExecutionResult(status="harness_error", reason=f"{type(exc).__name__}: {exc}")
+        result.backend = self.name
+        result.isolated = self.isolated
+        result.limits = limits
+        result.execution_id = execution_id
+        return result
+
+    @abstractmethod
+    def _run(self, code: str, data_dir: Path, limits: Limits, execution_id: str) -> ExecutionResult: ...
+
+    @abstractmethod
+    def protections(self) -> dict[str, str]:
+        """Protection -> how this backend provides it here (or ``"NO: ..."``). For docs and logs."""
+
+    def describe(self) -> str:
+        return f"{self.name} (isolated={self.isolated})"
+
+    def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Release anything held (nothing for the local backends)."""
+
+
+class LocalSandbox(Sandbox):
+    """Shared flow of the backends that spawn a local process (bubblewrap, subprocess).
+
+    Args:
+        cgroups: ``"auto"`` (use per-execution cgroups when the host allows them), ``True``
+            (require them: raise :class:`SandboxError` if unavailable) or ``False`` (never; rlimits
+            and the polling watchdog only).
+    """
+
+    def __init__(self, *, output_root=None, cgroups: bool | str = "auto") -> None:
+        super().__init__(output_root=output_root)
+        if cgroups not in ("auto", True, False):
+            raise ValueError(f"cgroups must be 'auto', True or False; got {cgroups!r}")
+        self._cgroups: CgroupSupport | None = detect() if cgroups in ("auto", True) else None
+        if cgroups is True and self._cgroups is None:
+            raise SandboxError(
+                "cgroups=True but no writable cgroup hierarchy with memory and pids controllers was found"
+            )
+        self._scratch_root = Path(tempfile.mkdtemp(prefix=f"wmrl-sandbox-{self.name}-"))
+        atexit.register(shutil.rmtree, self._scratch_root, True)
+
+    @property
+    def cgroup_support(self) -> CgroupSupport | None:
+        return self._cgroups
+
+    # Hooks for the concrete backends ---------------------------------------------------------
+    @abstractmethod
+    def _spawn_spec(
+        self,
+        *,
+        stage: Path,
+        data_dir: Path,
+        limits: Limits,
+        cpus: list[int],
+        rlimits: dict,
+        execution_id: str,
+    ) -> SpawnSpec:
+        """The command that runs the launcher for this execution."""
+
+    def _pre_warnings(self, limits: Limits) -> list[str]:
+        return []
+
+    def _run(self, code: str, data_dir: Path, limits: Limits, execution_id: str) -> ExecutionResult:
+        stage = self._scratch_root / execution_id
+        stage.mkdir()
+        warnings = self._pre_warnings(limits)
+        group = None
+        if self._cgroups is not None:
+            try:
+                group = ExecutionCgroup(
+                    self._cgroups, memory_bytes=limits.memory_bytes, max_tasks=limits.max_processes
+                )
+            except CgroupError as exc:
+                warnings.append(
+                    f"no cgroup for this execution ({exc}); memory and task limits fall back to rlimits and a watchdog"
+                )
+        rlimits = {
+            "FSIZE": limits.file_size_bytes,
+            "NOFILE": limits.open_files,
+            "CORE": 0,
+            # Without a cgroup, virtual memory per process is the only hard memory bound we have.
+            "AS": None if group is not None else limits.memory_bytes,
+        }
+        cpus = _CPUS.acquire(limits.effective_cpus(len(_CPUS.cores)))
+        dest = self.output_root / execution_id / SUBMISSION_NAME
+        try:
+            (stage / "solution.py").write_text(code, encoding="utf-8")
+            spec = self._spawn_spec(
+                stage=stage,
+                data_dir=data_dir,
+                limits=limits,
+                cpus=cpus,
+                rlimits=rlimits,
+                execution_id=execution_id,
+            )
+            outcome = supervise(spec, limits, submission_dest=dest, cgroup=group, watchdog=group is None)
+        finally:
+            _CPUS.release(cpus)
+            if group is not None:
+                group.remove()
+            shutil.rmtree(stage, ignore_errors=True)
+        warnings.extend(outcome.warnings)
+        return self._result(outcome, limits, dest, warnings)
+
+    def _result(
+        self, outcome: RawOutcome, limits: Limits, dest: Path, warnings: list[str]
+    ) -> ExecutionResult:
+        c = classify(outcome, limits)
+        submission, submission_error = None, None
+        info = outcome.exit_info or {}
+        summary = info.get("submission") or {}
+        if outcome.submission_over_cap:
+            submission_error = f"the submission is over the {limits.file_size_mb} MiB limit"
+        elif summary.get("error"):
+            submission_error = summary["error"]
+        elif summary.get("present") and dest.exists():
+            submission = dest
+        elif summary.get("present"):
+            # An empty file sends no data frame; it is still the solution's (empty) submission.
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(b"")
+            submission = dest
+        if submission is None:
+            with contextlib.suppress(FileNotFoundError):
+                dest.unlink()
+            with contextlib.suppress(OSError):
+                dest.parent.rmdir()
+        stats = outcome.cgroup_stats
+        ru = outcome.host_rusage
+        cpu = (
+            stats.cpu_s
+            if stats is not None and stats.cpu_s is not None
+            else (ru.ru_utime + ru.ru_stime if ru is not None else 0.0)
+        )
+        resources = Resources(
+            wall_s=round(outcome.wall_s, 4),
+            cpu_s=round(cpu, 4),
+            peak_rss_mb=round(ru.ru_maxrss / 1024, 2) if ru is not None else 0.0,
+            peak_memory_mb=round(stats.peak_memory_bytes / 2**20, 2)
+            if stats is not None and stats.peak_memory_bytes
+            else None,
+            max_tasks=(stats.pids_peak if stats is not None else None) or outcome.watchdog_max_tasks,
+        )
+        if c.status == "ok" and stats is not None and stats.oom_kills:
+            warnings.append(
+                f"the cgroup OOM killer killed {stats.oom_kills} process(es) of this execution although it exited 0"
+            )
+        return ExecutionResult(
+            status=c.status,
+            exit_code=c.exit_code,
+            signal=c.signal,
+            reason=c.reason,
+            stdout_tail=outcome.stdout.text() if outcome.stdout else "",
+            stderr_tail=outcome.stderr.text() if outcome.stderr else "",
+            stdout_bytes=outcome.stdout.total if outcome.stdout else 0,
+            stderr_bytes=outcome.stderr.total if outcome.stderr else 0,
+            submission=submission,
+            submission_error=submission_error,
+            resources=resources,
+            warnings=warnings,
+        )
+
+
+def kill_process_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)

@@ -1,0 +1,294 @@
+"""Bubblewrap backend: every execution in fresh Linux namespaces (the default where it works).
+
+What the solution sees (inside paths)::
+
+    /usr, /bin, /lib*                 host system, read-only
+    /etc                              ld.so cache/config, localtime, alternatives (read-only) and a
+                                      synthetic passwd/group/hosts; nothing else of the host's /etc
+    <venv>, <interpreter prefix>      this interpreter and its site-packages, read-only, at their
+                                      host paths (so ``sys.executable`` works unchanged); an
+                                      installed ``wmrl`` package inside them is hidden
+    /sandbox/data                     the public data folder, read-only (DATA_DIR)
+    /sandbox/code                     the solution and the launcher, read-only
+    /sandbox/work                     empty tmpfs of ``disk_mb`` (cwd, HOME; SUBMISSION_PATH is here)
+    /tmp                              empty private tmpfs of ``disk_mb`` (TMPDIR)
+    /proc, /dev                       a fresh procfs of the new PID namespace; a minimal /dev
+
+Nothing else of the host exists inside: no home directories, no task folders, no answers.
+Namespaces: user (the sandbox user, uid 1000 inside; no capabilities; no further user
+namespaces), mount, PID (the launcher's parent is PID 1; when bubblewrap dies, the kernel kills
+every process in the namespace, including ones that ``setsid``/double-forked away), network (only
+a private loopback: the host's ``127.0.0.1`` services are unreachable), IPC, UTS.
+``--die-with-parent`` ties the sandbox to the supervising Python process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from .base import LAUNCHER_PATH, SUBMISSION_NAME, LocalSandbox, kill_process_group
+from .environment import interpreter_roots, sandbox_env
+from .limits import Limits
+from .supervisor import SpawnSpec
+
+__all__ = ["BwrapSandbox", "bwrap_problem"]
+
+INSIDE_ROOT = "/sandbox"
+INSIDE_DATA = f"{INSIDE_ROOT}/data"
+INSIDE_WORK = f"{INSIDE_ROOT}/work"
+INSIDE_CODE = f"{INSIDE_ROOT}/code"
+INSIDE_TMP = "/tmp"
+SANDBOX_UID = 1000
+_SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_ETC_FILES = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/alternatives",
+    "/etc/nsswitch.conf",
+)
+_PASSWD = f"sandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:{INSIDE_WORK}:/usr/sbin/nologin\n"
+_GROUP = f"sandbox:x:{SANDBOX_UID}:\n"
+_HOSTS = "127.0.0.1 localhost sandbox\n::1 localhost\n"
+
+
+@functools.lru_cache(maxsize=8)
+def bwrap_problem(binary: str | None = None) -> str | None:
+    """``None`` when bubblewrap can create a sandbox here, else why not (cached)."""
+    path = binary or shutil.which("bwrap")
+    if path is None:
+        return "bubblewrap (bwrap) is not installed (apt-get install bubblewrap)"
+    cmd = [
+        path,
+        "--unshare-all",
+        "--unshare-user",
+        "--die-with-parent",
+        "--cap-drop",
+        "ALL",
+        "--ro-bind",
+        "/",
+        "/",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "true",
+    ]
+    try:
+        done = subprocess.run(cmd, capture_output=True, timeout=30, env={"PATH": "/usr/bin:/bin"})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap failed to start: {exc}"
+    if done.returncode != 0:
+        return f"bubblewrap cannot create namespaces here: {done.stderr.decode(errors='replace').strip()}"
+    return None
+
+
+def _inside(path: Path, roots: Iterable[Path]) -> bool:
+    return any(path == r or r in path.parents for r in roots)
+
+
+def _wmrl_package_dirs() -> list[Path]:
+    """Folders of the installed ``wmrl`` packages (to hide them when they sit in a bound prefix)."""
+    out = []
+    for name in ("wmrl.core", "wmrl.autoresearch", "wmrl.embodied"):
+        mod = sys.modules.get(name)
+        if mod is None:
+            with contextlib.suppress(ImportError):
+                mod = __import__(name, fromlist=["_"])
+        if mod is not None and getattr(mod, "__file__", None):
+            out.append(Path(mod.__file__).resolve().parent)
+    return out
+
+
+class BwrapSandbox(LocalSandbox):
+    """Executions in bubblewrap namespaces. See the module docstring for the view inside.
+
+    Args:
+        bwrap: path of the ``bwrap`` binary (default: found on ``PATH``).
+        hidden_paths: host folders to hide (an empty read-only tmpfs over them) should they fall
+            inside a bound folder, e.g. a task suite installed in site-packages. An installed
+            ``wmrl`` package is always hidden.
+        output_root, cgroups: see :class:`~.base.LocalSandbox`.
+    """
+
+    name = "bwrap"
+    isolated = True
+
+    def __init__(
+        self,
+        *,
+        bwrap: str | None = None,
+        hidden_paths: Iterable[str | os.PathLike] = (),
+        output_root=None,
+        cgroups="auto",
+    ) -> None:
+        super().__init__(output_root=output_root, cgroups=cgroups)
+        self.bwrap = bwrap or shutil.which("bwrap")
+        self.problem = (
+            bwrap_problem(self.bwrap)
+            if self.bwrap
+            else "bubblewrap (bwrap) is not installed (apt-get install bubblewrap)"
+        )
+        self.python = sys.executable
+        self._roots = [r for r in interpreter_roots() if not _inside(r, [Path("/usr")])]
+        self._hidden = [Path(os.path.realpath(p)) for p in (*_wmrl_package_dirs(), *hidden_paths)]
+        for r in self._roots:
+            if _inside(r, [Path(INSIDE_ROOT)]):
+                raise ValueError(f"the interpreter prefix {r} collides with the sandbox's own {INSIDE_ROOT}")
+        self._etc = self._scratch_root / "etc"
+        self._etc.mkdir()
+        (self._etc / "passwd").write_text(_PASSWD)
+        (self._etc / "group").write_text(_GROUP)
+        (self._etc / "hosts").write_text(_HOSTS)
+
+    def protections(self) -> dict[str, str]:
+        cg = self.cgroup_support
+        return {
+            "filesystem": "mount namespace: only the system, the interpreter and the public data, read-only",
+            "answers": "never mounted",
+            "network": "network namespace (private loopback only)",
+            "processes": "PID namespace; killing bwrap kills every process inside (setsid cannot escape)",
+            "wall_time": "launcher timer + host deadline, whole namespace killed",
+            "memory": f"cgroup memory limit ({cg.describe()})"
+            if cg
+            else "RLIMIT_AS per process + tree-RSS watchdog (polled)",
+            "process_count": "cgroup pids.max" if cg else "watchdog (polled task count)",
+            "file_size": "RLIMIT_FSIZE",
+            "disk": "tmpfs size= on the work dir and /tmp",
+            "output": "host counts relayed bytes and kills over the limit",
+            "environment": "allow-list only",
+            "threads": "thread-count variables + CPU affinity",
+        }
+
+    def _pre_warnings(self, limits: Limits) -> list[str]:
+        out = []
+        if self.cgroup_support is None:
+            out.append(
+                "no cgroup: memory is bounded per process (RLIMIT_AS) and the task count by a polled watchdog"
+            )
+        return out
+
+    def _gpu_args(self, limits: Limits) -> tuple[list[str], list[str]]:
+        """(bwrap arguments, warnings) exposing the requested NVIDIA devices."""
+        if limits.gpu is False:
+            return [], []
+        nodes = sorted(glob.glob("/dev/nvidia[0-9]*"))
+        if not nodes:
+            return [], ["a GPU was requested but no NVIDIA device nodes exist on this host"]
+        if limits.gpu is not True:
+            wanted = {f"/dev/nvidia{i}" for i in limits.gpu}
+            missing = sorted(wanted - set(nodes))
+            if missing:
+                return [], [f"requested GPU device nodes do not exist: {missing}"]
+            nodes = sorted(wanted)
+        args = []
+        for node in [
+            *nodes,
+            "/dev/nvidiactl",
+            "/dev/nvidia-uvm",
+            "/dev/nvidia-uvm-tools",
+            "/dev/nvidia-modeset",
+        ]:
+            args += ["--dev-bind-try", node, node]
+        args += ["--dev-bind-try", "/dev/nvidia-caps", "/dev/nvidia-caps", "--ro-bind-try", "/sys", "/sys"]
+        return args, []
+
+    def _bwrap_args(self, *, stage: Path, data_dir: Path, limits: Limits, gpu_args: list[str]) -> list[str]:
+        """bubblewrap's options (the command follows them separately)."""
+        a = [
+            "--unshare-all", "--unshare-user", "--disable-userns",
+            "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox",
+            "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            # Scratch space first, so host paths bound below may sit under /tmp.
+            "--size", str(limits.disk_bytes), "--tmpfs", INSIDE_TMP,
+            "--ro-bind", "/usr", "/usr",
+        ]  # fmt: skip
+        for d in _SYSTEM_DIRS:
+            if os.path.islink(d):
+                a += ["--symlink", os.readlink(d), d]
+            elif os.path.isdir(d):
+                a += ["--ro-bind", d, d]
+        for f in _ETC_FILES:
+            a += ["--ro-bind-try", f, f]
+        for name in ("passwd", "group", "hosts"):
+            a += ["--ro-bind", str(self._etc / name), f"/etc/{name}"]
+        for r in self._roots:
+            a += ["--ro-bind", str(r), str(r)]
+        for h in self._hidden:
+            if _inside(h, [*self._roots, Path("/usr")]) and h.is_dir():
+                a += ["--tmpfs", str(h), "--remount-ro", str(h)]
+        a += ["--proc", "/proc", "--dev", "/dev"]
+        a += ["--size", str(limits.disk_bytes), "--tmpfs", INSIDE_WORK]
+        a += ["--ro-bind", str(data_dir), INSIDE_DATA]
+        a += ["--ro-bind", str(stage / "solution.py"), f"{INSIDE_CODE}/solution.py"]
+        a += ["--ro-bind", str(LAUNCHER_PATH), f"{INSIDE_CODE}/launcher.py"]
+        a += gpu_args
+        a += ["--chdir", INSIDE_WORK]
+        return a
+
+    def _spawn_spec(self, *, stage, data_dir, limits, cpus, rlimits, execution_id) -> SpawnSpec:
+        if self.bwrap is None:
+            raise FileNotFoundError("bubblewrap (bwrap) is not installed (apt-get install bubblewrap)")
+        for h in self._hidden:
+            if data_dir == h or h in data_dir.parents:
+                raise ValueError(f"the public data folder {data_dir} lies inside a hidden folder {h}")
+        gpu_args, gpu_warnings = self._gpu_args(limits)
+        if gpu_warnings:
+            raise RuntimeError("; ".join(gpu_warnings))
+        cfg = {
+            "python": self.python,
+            "solution": f"{INSIDE_CODE}/solution.py",
+            "cwd": INSIDE_WORK,
+            "wall_time_s": limits.wall_time_s,
+            "submission_path": f"{INSIDE_WORK}/{SUBMISSION_NAME}",
+            "submission_cap": limits.file_size_bytes,
+            "rlimits": rlimits,
+            "cpus": cpus,
+        }
+        args = self._bwrap_args(stage=stage, data_dir=data_dir, limits=limits, gpu_args=gpu_args)
+        # Pass the options through a pipe: the sandbox's PID 1 (bubblewrap) then shows only
+        # "bwrap --args N -- <launcher command>" in /proc/1/cmdline, not the host paths it bound.
+        command = [self.python, "-I", "-S", f"{INSIDE_CODE}/launcher.py", json.dumps(cfg)]
+        r, w = os.pipe()
+        payload = b"\0".join(x.encode() for x in args) + b"\0"
+        if len(payload) > 60000:
+            os.close(r)
+            os.close(w)
+            raise RuntimeError(f"bubblewrap arguments too long ({len(payload)} bytes) for the --args pipe")
+        os.write(w, payload)
+        os.close(w)
+        env = sandbox_env(
+            limits,
+            data_dir=INSIDE_DATA,
+            submission_path=f"{INSIDE_WORK}/{SUBMISSION_NAME}",
+            work_dir=INSIDE_WORK,
+            tmp_dir=INSIDE_TMP,
+            python_bin_dir=str(Path(self.python).parent),
+            cuda_visible_devices=None if gpu_args else "",
+        )
+
+        def kill(pid: int, started: dict | None) -> None:
+            # bwrap is the session leader; its PID-1 child has PDEATHSIG=SIGKILL, and when PID 1
+            # of a namespace dies the kernel kills everything else in it.
+            kill_process_group(pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+        return SpawnSpec(
+            argv=[self.bwrap, "--args", str(r), "--", *command],
+            env=env,
+            cwd=str(stage),
+            kill=kill,
+            pass_fds=(r,),
+        )

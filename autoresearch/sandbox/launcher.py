@@ -1,0 +1,240 @@
+"""In-sandbox launcher: runs one solution and reports on a framed channel. Standard library only.
+
+This file runs *inside* the sandbox (bubblewrap binds it read-only; Docker mounts it; the subprocess
+backend runs it in place), with the sandbox's interpreter and environment, before any untrusted
+code. It must not import WMRL. It:
+
+1. forks the solution (``python solution.py``) into its own process group, with its stdout and
+   stderr on pipes owned by the launcher, stdin from ``/dev/null``, resource limits applied in the
+   child (``RLIMIT_FSIZE``, ``RLIMIT_NOFILE``, ``RLIMIT_CORE``, optionally ``RLIMIT_AS``), pinned
+   to the given CPUs, with every other file descriptor closed;
+2. relays the solution's output to its own stdout as frames, so the solution can never forge a
+   frame (it never holds the launcher's stdout);
+3. enforces the wall-time limit (kills the solution's process group) — the host keeps a harder
+   deadline of its own in case this process is stopped;
+4. after the solution ends, kills whatever is left in its process group, then streams a copy of
+   the submission file (a regular file only, never through a symlink, at most ``submission_cap``
+   bytes) and a final exit frame with the wait status and ``rusage``.
+
+Frame: one kind byte, a 4-byte big-endian payload length, the payload. Kinds: ``s`` started
+(JSON), ``o`` stdout bytes, ``e`` stderr bytes, ``f`` submission bytes, ``x`` exit (JSON, last).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import resource
+import select
+import signal
+import stat
+import struct
+import sys
+import time
+
+FRAME = struct.Struct(">cI")
+KIND_STARTED = b"s"
+KIND_STDOUT = b"o"
+KIND_STDERR = b"e"
+KIND_SUBMISSION = b"f"
+KIND_EXIT = b"x"
+CHUNK = 65536
+# After the solution exits, how long to keep reading output that its leftover children may
+# still be writing to the inherited pipes, before the launcher stops listening.
+DRAIN_GRACE_S = 0.2
+EXIT_CODE_BAD_CONFIG = 96
+EXIT_CODE_EXEC_FAILED = 127
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            n = os.write(fd, view)
+        except InterruptedError:
+            continue
+        view = view[n:]
+
+
+def send(kind: bytes, payload: bytes) -> None:
+    """Write one frame to fd 1 (the host's pipe)."""
+    _write_all(1, FRAME.pack(kind, len(payload)) + payload)
+
+
+def _rusage_dict(ru) -> dict:
+    return {"utime": ru.ru_utime, "stime": ru.ru_stime, "maxrss_kb": ru.ru_maxrss}
+
+
+def _child(cfg: dict, out_w: int, err_w: int) -> None:
+    """In the forked child: set up limits and descriptors, then exec the solution. Never returns."""
+    try:
+        os.setpgid(0, 0)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.closerange(3, 65536)
+        for sig in (signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGALRM):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+        for name, value in (cfg.get("rlimits") or {}).items():
+            if value is not None:
+                resource.setrlimit(getattr(resource, "RLIMIT_" + name), (value, value))
+        if cfg.get("cpus"):
+            os.sched_setaffinity(0, cfg["cpus"])
+        try:
+            # Make the solution the first choice of the OOM killer, not the launcher.
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("1000")
+        except OSError:
+            pass
+        drop = cfg.get("drop_privileges")
+        if drop:
+            os.setgroups([])
+            os.setgid(drop[1])
+            os.setuid(drop[0])
+        os.chdir(cfg["cwd"])
+        argv = [cfg["python"], *cfg.get("python_args", []), cfg["solution"]]
+        os.execv(cfg["python"], argv)
+    except BaseException as exc:  # report and leave without running any more Python
+        try:
+            os.write(2, f"launcher: could not start the solution: {exc!r}\n".encode())
+        finally:
+            os._exit(EXIT_CODE_EXEC_FAILED)
+
+
+def _copy_submission(path: str, cap: int) -> dict:
+    """Stream the submission file as ``f`` frames; return its summary for the exit frame."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return {"present": False}
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return {
+                "present": True,
+                "error": "the submission path is a symbolic link; only a regular file is accepted",
+            }
+        return {"present": True, "error": f"could not open the submission: {exc.strerror}"}
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return {"present": True, "error": "the submission path is not a regular file"}
+        if st.st_size > cap:
+            return {
+                "present": True,
+                "error": f"the submission is {st.st_size} bytes, over the {cap}-byte limit",
+            }
+        sent = 0
+        while sent <= cap:
+            chunk = os.read(fd, CHUNK)
+            if not chunk:
+                break
+            sent += len(chunk)
+            if sent > cap:  # grew while we read it
+                return {
+                    "present": True,
+                    "error": f"the submission is over the {cap}-byte limit",
+                    "bytes": sent,
+                }
+            send(KIND_SUBMISSION, chunk)
+        return {"present": True, "bytes": sent}
+    finally:
+        os.close(fd)
+
+
+def run(cfg: dict) -> int:
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    wake_r, wake_w = os.pipe()
+    for fd in (out_r, err_r, wake_r, wake_w):
+        os.set_inheritable(fd, False)
+    os.set_blocking(wake_w, False)
+    os.set_blocking(wake_r, False)
+    start = time.monotonic()
+    deadline = start + float(cfg["wall_time_s"])
+    pid = os.fork()
+    if pid == 0:
+        _child(cfg, out_w, err_w)
+    os.close(out_w)
+    os.close(err_w)
+    # A SIGCHLD wakes the select below at once, so a finished solution is noticed without polling.
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_w)
+    send(KIND_STARTED, json.dumps({"pid": pid, "pgid": pid}).encode())
+
+    open_fds = {out_r: KIND_STDOUT, err_r: KIND_STDERR}
+    status = rusage = None
+    timed_out = False
+    drain_until = None
+    while True:
+        if status is None:
+            try:
+                got, st, ru = os.wait4(pid, os.WNOHANG)
+            except ChildProcessError:
+                got, st, ru = pid, 0, None
+            if got == pid:
+                status, rusage = st, ru
+                drain_until = time.monotonic() + DRAIN_GRACE_S
+        now = time.monotonic()
+        if status is None and now >= deadline:
+            timed_out = True
+            for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+                with contextlib.suppress(ProcessLookupError):
+                    kill()
+            _, status, rusage = os.wait4(pid, 0)
+            drain_until = time.monotonic() + DRAIN_GRACE_S
+            now = time.monotonic()
+        if not open_fds and status is not None:
+            break
+        if drain_until is not None and now >= drain_until:
+            break
+        limit = drain_until if drain_until is not None else deadline
+        try:
+            ready, _, _ = select.select([*open_fds, wake_r], [], [], max(0.0, limit - now))
+        except InterruptedError:
+            continue
+        for fd in ready:
+            if fd == wake_r:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 4096)
+                continue
+            data = os.read(fd, CHUNK)
+            if data:
+                send(open_fds[fd], data)
+            else:
+                os.close(fd)
+                del open_fds[fd]
+    # Leftovers that stayed in the solution's process group die with it.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    for fd in open_fds:
+        os.close(fd)
+    submission = _copy_submission(cfg["submission_path"], int(cfg["submission_cap"]))
+    exit_info = {
+        "wait_status": status,
+        "timed_out": timed_out,
+        "solution_wall_s": time.monotonic() - start,
+        "rusage": _rusage_dict(rusage) if rusage is not None else None,
+        "submission": submission,
+    }
+    send(KIND_EXIT, json.dumps(exit_info).encode())
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    try:
+        cfg = json.loads(argv[1])
+        for key in ("python", "solution", "cwd", "wall_time_s", "submission_path", "submission_cap"):
+            if key not in cfg:
+                raise KeyError(key)
+    except (IndexError, ValueError, KeyError) as exc:
+        sys.stderr.write(f"launcher: bad configuration: {exc!r}\n")
+        return EXIT_CODE_BAD_CONFIG
+    return run(cfg)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

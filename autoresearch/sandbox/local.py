@@ -1,0 +1,192 @@
+"""Plain-subprocess backend: a fallback that does NOT isolate.
+
+The solution runs as the host user, sees the host's whole filesystem (private answers included),
+the network and every process. What it does enforce: the wall time (process-group kill, plus a
+search by an environment marker for processes that left the group), the output limit, memory and
+task limits (a cgroup where the host allows one, else ``RLIMIT_AS`` and a polled watchdog), the
+file-size limit (``RLIMIT_FSIZE``), a fresh work dir, a private ``TMPDIR``, a scrubbed environment
+and thread caps. By default the public data is *copied* into a fresh read-only-mode folder per
+execution so that a solution cannot alter it for the next one (as root, mode bits do not stop
+it from altering its own copy).
+
+Every result says ``isolated=False`` and carries a warning; every run logs one. Use it for
+development and tests only, never for RL on untrusted policies.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import stat
+import sys
+from pathlib import Path
+
+from . import procscan
+from .base import LAUNCHER_PATH, SUBMISSION_NAME, LocalSandbox, kill_process_group
+from .environment import sandbox_env
+from .limits import Limits
+from .supervisor import SpawnSpec
+
+__all__ = ["NO_ISOLATION_WARNING", "SubprocessSandbox"]
+
+log = logging.getLogger("wmrl.autoresearch.sandbox")
+
+NO_ISOLATION_WARNING = (
+    "subprocess backend: NO ISOLATION - the solution ran as the host user with the host's filesystem "
+    "(private answers included), network and processes visible; only time, output, memory, task and "
+    "file-size limits were enforced. Do not use it for untrusted code."
+)
+MARKER_VAR = "WMRL_SANDBOX_EXECUTION"
+
+
+def _fingerprint(folder: Path) -> list[tuple[str, int, int]]:
+    out = []
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        for name in sorted(files):
+            p = Path(root) / name
+            try:
+                st = p.lstat()
+            except OSError:
+                continue
+            out.append((str(p.relative_to(folder)), st.st_size, st.st_mtime_ns))
+    return out
+
+
+def _read_only_copy(src: Path, dst: Path) -> None:
+    shutil.copytree(src, dst, symlinks=True)
+    for root, _dirs, files in os.walk(dst):
+        for name in files:
+            p = Path(root) / name
+            if not p.is_symlink():
+                p.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+        Path(root).chmod(
+            stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH
+        )
+
+
+class SubprocessSandbox(LocalSandbox):
+    """Runs solutions as plain child processes. NOT isolated (see the module docstring).
+
+    Args:
+        copy_data: present a fresh copy of the public data to each execution (default). With
+            ``False`` the solution gets the original folder, and a modification is only detected
+            afterwards (size/mtime fingerprint) and reported as a warning.
+        output_root, cgroups: see :class:`~.base.LocalSandbox`.
+    """
+
+    name = "subprocess"
+    isolated = False
+
+    def __init__(self, *, copy_data: bool = True, output_root=None, cgroups="auto") -> None:
+        super().__init__(output_root=output_root, cgroups=cgroups)
+        self.copy_data = copy_data
+        self.python = sys.executable
+        log.warning(NO_ISOLATION_WARNING)
+
+    def protections(self) -> dict[str, str]:
+        cg = self.cgroup_support
+        return {
+            "filesystem": "NO: the host filesystem is visible and writable as the host user",
+            "answers": "NO: readable if the host user can read them",
+            "network": "NO",
+            "processes": "process-group kill + environment-marker sweep"
+            + (
+                " + cgroup kill"
+                if cg
+                else " (a process that clears its environment and calls setsid escapes)"
+            ),
+            "wall_time": "launcher timer + host deadline",
+            "memory": f"cgroup memory limit ({cg.describe()})"
+            if cg
+            else "RLIMIT_AS per process + tree-RSS watchdog (polled)",
+            "process_count": "cgroup pids.max" if cg else "watchdog (polled task count of the process tree)",
+            "file_size": "RLIMIT_FSIZE",
+            "disk": "NO: only the per-file limit; the work dir is on the host disk",
+            "output": "host counts relayed bytes and kills over the limit",
+            "environment": "allow-list only",
+            "threads": "thread-count variables + CPU affinity",
+            "public_data": "fresh copy per execution"
+            if self.copy_data
+            else "NO: shared; modification detected afterwards",
+        }
+
+    def _pre_warnings(self, limits: Limits) -> list[str]:
+        log.warning(NO_ISOLATION_WARNING)
+        out = [NO_ISOLATION_WARNING]
+        if limits.gpu is not False:
+            out.append(
+                "subprocess backend: GPUs are selected only through CUDA_VISIBLE_DEVICES, not isolated"
+            )
+        return out
+
+    def _spawn_spec(self, *, stage, data_dir, limits, cpus, rlimits, execution_id) -> SpawnSpec:
+        work = stage / "work"
+        tmp = stage / "tmp"
+        code = stage / "code"
+        work.mkdir()
+        tmp.mkdir()
+        code.mkdir()
+        (stage / "solution.py").rename(code / "solution.py")
+        if self.copy_data:
+            data = stage / "data"
+            _read_only_copy(data_dir, data)
+            before = None
+        else:
+            data = data_dir
+            before = _fingerprint(data_dir)
+        if limits.gpu is False:
+            cuda = ""
+        elif limits.gpu is True:
+            cuda = None
+        else:
+            cuda = ",".join(str(i) for i in limits.gpu)
+        marker = f"{MARKER_VAR}={execution_id}"
+        env = sandbox_env(
+            limits,
+            data_dir=str(data),
+            submission_path=str(work / SUBMISSION_NAME),
+            work_dir=str(work),
+            tmp_dir=str(tmp),
+            python_bin_dir=str(Path(self.python).parent),
+            cuda_visible_devices=cuda,
+            extra={MARKER_VAR: execution_id},
+        )
+        cfg = {
+            "python": self.python,
+            "solution": str(code / "solution.py"),
+            "cwd": str(work),
+            "wall_time_s": limits.wall_time_s,
+            "submission_path": str(work / SUBMISSION_NAME),
+            "submission_cap": limits.file_size_bytes,
+            "rlimits": rlimits,
+            "cpus": cpus,
+        }
+
+        def kill(pid: int, started: dict | None) -> None:
+            kill_process_group(pid)
+            if started and isinstance(started.get("pgid"), int):
+                kill_process_group(started["pgid"])
+            procscan.kill_pids(procscan.find_by_environ(marker))
+
+        def after(started: dict | None) -> list[str]:
+            warnings = []
+            if started and isinstance(started.get("pgid"), int):
+                kill_process_group(started["pgid"])
+            strays = procscan.find_by_environ(marker)
+            if strays:
+                procscan.kill_pids(strays)
+                warnings.append(
+                    f"killed {len(strays)} stray process(es) the solution left running outside its process group"
+                )
+            if before is not None and _fingerprint(data_dir) != before:
+                warnings.append(f"the public data folder {data_dir} was MODIFIED during this execution")
+            # Restore write permission so the stage folder (with the data copy) can be removed.
+            for root, _dirs, _ in os.walk(stage):
+                os.chmod(root, 0o700)
+            return warnings
+
+        argv = [self.python, "-I", "-S", str(LAUNCHER_PATH), json.dumps(cfg)]
+        return SpawnSpec(argv=argv, env=env, cwd=str(work), kill=kill, after=after)
