@@ -99,7 +99,10 @@ def group_advantages(
     centred = np.where(known, r - mean[:, None], np.nan)
     var = np.where(known, centred**2, 0.0).sum(axis=1) / np.maximum(graded, 1)
     std = np.sqrt(var)
-    degenerate = contributes & (std <= 1e-12)
+    # Degenerate = all known rewards exactly equal (scale-free, unlike a threshold on the std).
+    high = np.where(known, r, -np.inf).max(axis=1)
+    low = np.where(known, r, np.inf).min(axis=1)
+    degenerate = contributes & (high == low)
     with np.errstate(divide="ignore", invalid="ignore"):  # degenerate groups are zeroed just below
         adv = centred / (std + cfg.eps)[:, None] if cfg.standardize else centred
     # A group whose known rewards are all equal carries no preference: exact zeros, not 0/eps noise.

@@ -14,6 +14,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
+from typing import ClassVar
 
 Handler = Callable[[argparse.Namespace], int | None]
 
@@ -25,7 +26,7 @@ class CommandRoot:
     sub-command set of a shared verb (``wmrl train autoresearch``, ``wmrl eval libero``).
     """
 
-    GROUP_HELP = {
+    GROUP_HELP: ClassVar[dict[str, str]] = {
         "train": "train a policy with world-model rewards",
         "eval": "evaluate a trained policy",
         "bench": "measure the method and its overhead",

@@ -131,7 +131,9 @@ def from_dict(cls: type[T], data: Mapping[str, Any], _where: str = "") -> T:
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a dataclass")
     if not isinstance(data, Mapping):
-        raise ConfigError(f"{_where or cls.__name__}: expected a table of settings, got {type(data).__name__}")
+        raise ConfigError(
+            f"{_where or cls.__name__}: expected a table of settings, got {type(data).__name__}"
+        )
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
     if unknown:

@@ -33,7 +33,16 @@ from wmrl.core.ledger import CostLedger
 from wmrl.core.scheduler import AnchorScheduler, SchedulerConfig
 from wmrl.core.sources import Grade, RewardSource, Role, check_pair, collect_grades
 
-__all__ = ["METRICS", "PRESETS", "BudgetConfig", "Correction", "Corrector", "CorrectorConfig", "Group", "Plan"]
+__all__ = [
+    "METRICS",
+    "PRESETS",
+    "BudgetConfig",
+    "Correction",
+    "Corrector",
+    "CorrectorConfig",
+    "Group",
+    "Plan",
+]
 
 STATE_VERSION = 1
 
@@ -79,7 +88,9 @@ class BudgetConfig:
     max_fraction: float = 0.5
 
     def __post_init__(self) -> None:
-        require(0.0 < self.max_fraction <= 1.0, f"budget.max_fraction must be in (0, 1]; got {self.max_fraction}")
+        require(
+            0.0 < self.max_fraction <= 1.0, f"budget.max_fraction must be in (0, 1]; got {self.max_fraction}"
+        )
 
 
 @dataclass(frozen=True)
@@ -123,11 +134,14 @@ PRESETS = {
     "wmrl_inverse_variance": lambda c: _with(c, fusion={"mode": "inverse_variance"}),
     "wmrl_mse": lambda c: _with(c, fusion={"mode": "mse"}),
     "wmrl_adaptive_budget": lambda c: _with(c, budget={"adaptive": True}),
+    "wmrl_active": lambda c: _with(c, scheduler={"active_share": 0.5}),
     "wmrl_paper_weight": lambda c: _with(c, fusion={"mode": "paper"}),
     "debias_only": lambda c: _with(c, fusion={"mode": "none"}),
     "fusion_only": lambda c: _with(c, debias={"enabled": False}),
     "uncorrected_mix": lambda c: _with(c, debias={"enabled": False}, fusion={"mode": "none"}),
-    "world_model": lambda c: _with(c, scheduler={"fraction": 0.0, "floor": 0}, debias={"enabled": False}, fusion={"mode": "none"}),
+    "world_model": lambda c: _with(
+        c, scheduler={"fraction": 0.0, "floor": 0}, debias={"enabled": False}, fusion={"mode": "none"}
+    ),
     "real": lambda c: _with(c, scheduler={"fraction": 1.0}, fusion={"mode": "none"}),
 }
 
@@ -177,7 +191,10 @@ class Correction:
     def advantages_list(self, sizes: Sequence[int] | None = None) -> list[list[float | None]]:
         """Advantages as ragged lists with ``None`` for masked rollouts (``sizes``: true group sizes)."""
         sizes = sizes or [self.advantages.shape[1]] * self.advantages.shape[0]
-        return [[None if np.isnan(v) else float(v) for v in row[:s]] for row, s in zip(self.advantages, sizes, strict=True)]
+        return [
+            [None if np.isnan(v) else float(v) for v in row[:s]]
+            for row, s in zip(self.advantages, sizes, strict=True)
+        ]
 
 
 @dataclass
@@ -189,7 +206,9 @@ class Group:
     task: str | None = None
 
 
-def _validate_scores(name: str, scores: np.ndarray | Sequence[Sequence[float | None]], shape: tuple[int, int] | None) -> np.ndarray:
+def _validate_scores(
+    name: str, scores: np.ndarray | Sequence[Sequence[float | None]], shape: tuple[int, int] | None
+) -> np.ndarray:
     matrix = as_reward_matrix(scores)
     if shape is not None and matrix.shape != shape:
         raise ValueError(f"{name} must have shape {shape} (groups, rollouts); got {matrix.shape}")
@@ -233,15 +252,21 @@ class Corrector:
         uncertainty = None
         if self.config.scheduler.active_share > 0:
             if wm_scores is None:
-                raise ValueError("the active scheduler (scheduler.active_share > 0) needs wm_scores in plan()")
+                raise ValueError(
+                    "the active scheduler (scheduler.active_share > 0) needs wm_scores in plan()"
+                )
             wm = _validate_scores("wm_scores", wm_scores, None)
             if wm.shape[0] != len(keys):
                 raise ValueError(f"wm_scores has {wm.shape[0]} groups but {len(keys)} keys were given")
             per_item = self.debiaser.uncertainty(wm)
             known = ~np.isnan(wm)
-            uncertainty = np.where(known.any(axis=1), (per_item * known).sum(axis=1) / np.maximum(known.sum(axis=1), 1), 0.0)
+            uncertainty = np.where(
+                known.any(axis=1), (per_item * known).sum(axis=1) / np.maximum(known.sum(axis=1), 1), 0.0
+            )
         mask = self.scheduler.select(self.step_count, keys, tasks, uncertainty, in_flight, self.fraction)
-        return Plan(step=self.step_count, group_keys=keys, task_keys=tasks, anchor=mask, fraction=self.fraction)
+        return Plan(
+            step=self.step_count, group_keys=keys, task_keys=tasks, anchor=mask, fraction=self.fraction
+        )
 
     def correct(
         self,
@@ -260,7 +285,9 @@ class Corrector:
             wm_variance: optional ``(n_groups, G)`` per-call noise variance of each world-model score.
         """
         if plan.step != self.step_count:
-            raise ValueError(f"plan is for step {plan.step} but the corrector is at step {self.step_count}: plan each step once")
+            raise ValueError(
+                f"plan is for step {plan.step} but the corrector is at step {self.step_count}: plan each step once"
+            )
         n = len(plan.group_keys)
         wm = _validate_scores("wm_scores", wm_scores, None)
         if wm.shape[0] != n:
@@ -296,7 +323,9 @@ class Corrector:
         self.fusion.observe(real_groups, cal_groups, noise_groups if noise is not None else None)
 
         # 2. Add the pairs, refit once for the step.
-        diag = self.debiaser.observe(self.step_count, wm[rows, cols], real[rows, cols], rows, task_of_item[rows, cols])
+        diag = self.debiaser.observe(
+            self.step_count, wm[rows, cols], real[rows, cols], rows, task_of_item[rows, cols]
+        )
         self.debiaser.refit(self.step_count)
 
         # 3. Rewards: real in anchor groups, calibrated world model elsewhere.
@@ -310,7 +339,9 @@ class Corrector:
         self.step_count += 1
         self._update_budget()
         metrics.update(self._metrics(plan, wm, real, anchor, ga, weights, diag))
-        return Correction(rewards=rewards, advantages=advantages, weights=weights, anchor=anchor.copy(), metrics=metrics)
+        return Correction(
+            rewards=rewards, advantages=advantages, weights=weights, anchor=anchor.copy(), metrics=metrics
+        )
 
     def _map_slope(self, x: np.ndarray, keys: np.ndarray) -> np.ndarray:
         """Local slope of the current map at ``x`` (maps per-call noise onto the calibrated scale)."""
@@ -362,7 +393,9 @@ class Corrector:
             "wmrl/noise_var": fusion.noise_var,
             "wmrl/weight_anchor": stream_mean(anchor),
             "wmrl/weight_world_model": stream_mean(~anchor),
-            "wmrl/anchor_share": float(weights[anchor & contributes].sum()) / total_w if total_w > 0 else None,
+            "wmrl/anchor_share": float(weights[anchor & contributes].sum()) / total_w
+            if total_w > 0
+            else None,
             "wmrl/effective_lr_scale": float(weights[contributes].mean()) if contributes.any() else None,
             "wmrl/groups_skipped": float((~contributes).sum()),
             "wmrl/groups_degenerate": float(ga.degenerate.sum()),
@@ -372,7 +405,9 @@ class Corrector:
     def step(self, groups: Sequence[Group], in_flight: int = 0) -> Correction:
         """Score ``groups`` with both sources (anchor groups only for the anchor) and correct them."""
         if self.world_model is None or self.anchor is None:
-            raise ValueError("step() needs both reward sources; pass world_model= and anchor= to Corrector, or use plan()/correct()")
+            raise ValueError(
+                "step() needs both reward sources; pass world_model= and anchor= to Corrector, or use plan()/correct()"
+            )
         if not groups:
             raise ValueError("step() needs at least one group")
         for g in groups:
@@ -402,7 +437,9 @@ class Corrector:
             # Real execution is the slow part; the world model scores meanwhile.
             with ThreadPoolExecutor(max_workers=2) as pool:
                 wm_future = pool.submit(score, self.world_model, wm_items, Role.WORLD_MODEL.value)
-                anchor_future = pool.submit(score, self.anchor, anchor_items, Role.ANCHOR.value) if anchor_items else None
+                anchor_future = (
+                    pool.submit(score, self.anchor, anchor_items, Role.ANCHOR.value) if anchor_items else None
+                )
                 wm_grades = wm_future.result()
                 anchor_grades = anchor_future.result() if anchor_future else []
         wm = self._matrix(groups, wm_grades, width)
@@ -411,13 +448,17 @@ class Corrector:
         cursor = 0
         for i in plan.anchor_indices:
             m = len(groups[i].items)
-            real[i, :m] = [np.nan if gr.value is None else gr.value for gr in anchor_grades[cursor : cursor + m]]
+            real[i, :m] = [
+                np.nan if gr.value is None else gr.value for gr in anchor_grades[cursor : cursor + m]
+            ]
             cursor += m
         has_variance = not np.isnan(variance[~np.isnan(wm)]).any() and (~np.isnan(wm)).any()
         return self.correct(plan, wm, real, variance if has_variance else None)
 
     @staticmethod
-    def _matrix(groups: Sequence[Group], grades: Sequence[Grade], width: int, field: str = "value") -> np.ndarray:
+    def _matrix(
+        groups: Sequence[Group], grades: Sequence[Grade], width: int, field: str = "value"
+    ) -> np.ndarray:
         out = np.full((len(groups), width), np.nan)
         cursor = 0
         for i, g in enumerate(groups):
@@ -467,15 +508,25 @@ class Corrector:
         return path
 
     @classmethod
-    def from_state(cls, state: dict[str, Any], world_model: RewardSource | None = None, anchor: RewardSource | None = None,
-                   ledger: CostLedger | None = None) -> Corrector:
+    def from_state(
+        cls,
+        state: dict[str, Any],
+        world_model: RewardSource | None = None,
+        anchor: RewardSource | None = None,
+        ledger: CostLedger | None = None,
+    ) -> Corrector:
         corrector = cls(from_dict(CorrectorConfig, state["config"]), world_model, anchor, ledger)
         corrector.load_state_dict(state)
         return corrector
 
     @classmethod
-    def load(cls, path: str | Path, world_model: RewardSource | None = None, anchor: RewardSource | None = None,
-             ledger: CostLedger | None = None) -> Corrector:
+    def load(
+        cls,
+        path: str | Path,
+        world_model: RewardSource | None = None,
+        anchor: RewardSource | None = None,
+        ledger: CostLedger | None = None,
+    ) -> Corrector:
         return cls.from_state(_from_jsonable(json.loads(Path(path).read_text())), world_model, anchor, ledger)
 
 

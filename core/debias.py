@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sklearn.isotonic import IsotonicRegression
+import sklearn
+from sklearn.isotonic import isotonic_regression
 
 from wmrl.core.config import require
 
@@ -64,7 +65,10 @@ class DebiasConfig:
             self.half_life_steps is None or self.half_life_steps > 0,
             f"debias.half_life_steps must be > 0 or None; got {self.half_life_steps}",
         )
-        require(self.max_pairs >= self.min_pairs, f"debias.max_pairs ({self.max_pairs}) must be >= min_pairs ({self.min_pairs})")
+        require(
+            self.max_pairs >= self.min_pairs,
+            f"debias.max_pairs ({self.max_pairs}) must be >= min_pairs ({self.min_pairs})",
+        )
         require(self.shrinkage >= 0, f"debias.shrinkage must be >= 0; got {self.shrinkage}")
         require(self.min_key_pairs >= 2, f"debias.min_key_pairs must be >= 2; got {self.min_key_pairs}")
 
@@ -80,10 +84,28 @@ class IsotonicMap:
         self.y_knots = np.asarray(y_knots, dtype=float)
 
     @classmethod
-    def fit(cls, x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None) -> IsotonicMap:
-        model = IsotonicRegression(increasing=True, out_of_bounds="clip")
-        model.fit(x, y, sample_weight=weight)
-        return cls(model.X_thresholds_, model.y_thresholds_)
+    def fit(
+        cls, x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None, presorted: bool = False
+    ) -> IsotonicMap:
+        """Weighted isotonic fit of ``y`` on ``x`` with scikit-learn's pool-adjacent-violators.
+
+        Equal ``x`` values are first pooled into their weighted mean (as ``IsotonicRegression``
+        does); then scikit-learn's ``isotonic_regression`` solves the ordered problem. Calling the
+        function on already-validated, sorted data skips the estimator's per-call validation and
+        sorting, which dominated the cost of refitting every step; the result equals
+        ``IsotonicRegression(out_of_bounds="clip")`` (checked in the tests).
+        """
+        weight = np.ones_like(x) if weight is None else np.asarray(weight, dtype=float)
+        if not presorted:
+            order = np.argsort(x, kind="mergesort")
+            x, y, weight = x[order], y[order], weight[order]
+        knots, starts = np.unique(x, return_index=True)
+        w_sum = np.add.reduceat(weight, starts)
+        keep = w_sum > 0
+        y_mean = np.add.reduceat(weight * y, starts)[keep] / w_sum[keep]
+        with sklearn.config_context(assume_finite=True, skip_parameter_validation=True):
+            fitted = isotonic_regression(y_mean, sample_weight=w_sum[keep], increasing=True)
+        return cls(knots[keep], fitted)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         return np.interp(x, self.x_knots, self.y_knots)
@@ -119,6 +141,8 @@ class OnlineDebiaser:
         self._y = np.empty(0)
         self._step = np.empty(0, dtype=np.int64)
         self._key = np.empty(0, dtype=object)
+        self._seq = np.empty(0, dtype=np.int64)  # arrival order, to drop the oldest pairs
+        self._next_seq = 0
         self.pooled: IsotonicMap | None = None
         self.per_key: dict[str, tuple[IsotonicMap, float]] = {}
         self.fits = 0
@@ -155,7 +179,9 @@ class OnlineDebiaser:
         group_ids = np.asarray(group_ids)
         m = wm.size
         if real.shape != (m,) or group_ids.shape != (m,):
-            raise ValueError(f"wm, real and group_ids must have the same shape (m,); got {wm.shape}, {real.shape}, {group_ids.shape}")
+            raise ValueError(
+                f"wm, real and group_ids must have the same shape (m,); got {wm.shape}, {real.shape}, {group_ids.shape}"
+            )
         if not (np.all(np.isfinite(wm)) and np.all(np.isfinite(real))):
             raise ValueError("debiaser pairs must be finite: drop unknown (None/NaN) scores before observing")
         key_arr = np.array([""] * m if keys is None else [str(k) for k in keys], dtype=object)
@@ -172,14 +198,22 @@ class OnlineDebiaser:
                 within_group_ss_raw=ss_raw,
                 within_group_ss_calibrated=ss_cal,
             )
-            self._x = np.concatenate([self._x, wm])
-            self._y = np.concatenate([self._y, real])
-            self._step = np.concatenate([self._step, np.full(m, int(step), dtype=np.int64)])
-            self._key = np.concatenate([self._key, key_arr])
+            # The window is kept sorted by world-model score, so each refit skips the sort.
+            order = np.argsort(wm, kind="mergesort")
+            at = np.searchsorted(self._x, wm[order], side="right")
+            self._x = np.insert(self._x, at, wm[order])
+            self._y = np.insert(self._y, at, real[order])
+            self._step = np.insert(self._step, at, np.full(m, int(step), dtype=np.int64))
+            self._seq = np.insert(self._seq, at, self._next_seq + np.arange(m))
+            self._key = np.insert(self._key, at, key_arr[order])
+            self._next_seq += m
             excess = self._x.size - self.config.max_pairs
             if excess > 0:
-                self._x, self._y = self._x[excess:], self._y[excess:]
-                self._step, self._key = self._step[excess:], self._key[excess:]
+                oldest = np.argpartition(self._seq, excess - 1)[:excess]
+                keep = np.ones(self._x.size, dtype=bool)
+                keep[oldest] = False
+                self._x, self._y, self._step = self._x[keep], self._y[keep], self._step[keep]
+                self._seq, self._key = self._seq[keep], self._key[keep]
         self.last_diagnostics = diagnostics
         return diagnostics
 
@@ -194,13 +228,16 @@ class OnlineDebiaser:
             # Too little (or degenerate) evidence: keep the previous map; identity before the first fit.
             return self.calibrated
         weights = self._weights(step)
-        self.pooled = IsotonicMap.fit(self._x, self._y, weights)
+        self.pooled = IsotonicMap.fit(self._x, self._y, weights, presorted=True)
         self.per_key = {}
         if self.config.per_key:
             for key in np.unique(self._key):
                 sel = self._key == key
                 if sel.sum() >= self.config.min_key_pairs and np.unique(self._x[sel]).size >= 2:
-                    self.per_key[str(key)] = (IsotonicMap.fit(self._x[sel], self._y[sel], weights[sel]), float(weights[sel].sum()))
+                    self.per_key[str(key)] = (
+                        IsotonicMap.fit(self._x[sel], self._y[sel], weights[sel], presorted=True),
+                        float(weights[sel].sum()),
+                    )
         self.fits += 1
         return True
 
@@ -254,7 +291,11 @@ class OnlineDebiaser:
             "y": self._y.copy(),
             "step": self._step.copy(),
             "key": [str(k) for k in self._key],
-            "pooled": None if self.pooled is None else (self.pooled.x_knots.copy(), self.pooled.y_knots.copy()),
+            "seq": self._seq.copy(),
+            "next_seq": self._next_seq,
+            "pooled": None
+            if self.pooled is None
+            else (self.pooled.x_knots.copy(), self.pooled.y_knots.copy()),
             "per_key": {k: (m.x_knots.copy(), m.y_knots.copy(), n) for k, (m, n) in self.per_key.items()},
             "fits": self.fits,
         }
@@ -264,6 +305,8 @@ class OnlineDebiaser:
         self._y = np.asarray(state["y"], dtype=float).copy()
         self._step = np.asarray(state["step"], dtype=np.int64).copy()
         self._key = np.array(list(state["key"]), dtype=object)
+        self._seq = np.asarray(state["seq"], dtype=np.int64).copy()
+        self._next_seq = int(state["next_seq"])
         pooled = state["pooled"]
         self.pooled = None if pooled is None else IsotonicMap(pooled[0], pooled[1])
         self.per_key = {str(k): (IsotonicMap(v[0], v[1]), float(v[2])) for k, v in state["per_key"].items()}

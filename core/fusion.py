@@ -16,10 +16,10 @@ must not secretly change the learning rate). ``docs/method.md`` derives this.
 
 Modes:
 
-* ``inverse_variance`` (default): the rule above, ``E`` and ``S`` re-estimated every step from
+* ``inverse_variance``: the rule above, ``E`` and ``S`` re-estimated every step from
   exponentially-decayed sums over anchor groups, measured prequentially (the map that scored a
   pair had not seen it).
-* ``mse``: errors that persist across steps (the world model's per-solution bias) add up
+* ``mse`` (default; chosen by ``wmrl bench synthetic``, see ``docs/benchmarks.md``): errors that persist across steps (the world model's per-solution bias) add up
   coherently over the ``bias_horizon`` steps a solution keeps being sampled, while fresh noise
   averages out; the persistent part of ``E`` is counted ``bias_horizon`` times:
   ``w_anchor / w_wm = 1 + (N + H·max(E - N, 0)) / S`` with ``N`` the world model's per-call noise
@@ -62,7 +62,7 @@ class FusionConfig:
             official heuristic's constants (2.0, 4.0, 64, 32).
     """
 
-    mode: FusionMode = "inverse_variance"
+    mode: FusionMode = "mse"
     half_life_steps: float = 20.0
     min_groups: int = 8
     max_ratio: float = 16.0
@@ -73,13 +73,22 @@ class FusionConfig:
     paper_warmup_groups: int = 32
 
     def __post_init__(self) -> None:
-        require(self.mode in ("inverse_variance", "mse", "paper", "none"), f"fusion.mode must be inverse_variance, mse, paper or none; got {self.mode!r}")
+        require(
+            self.mode in ("inverse_variance", "mse", "paper", "none"),
+            f"fusion.mode must be inverse_variance, mse, paper or none; got {self.mode!r}",
+        )
         require(self.half_life_steps > 0, f"fusion.half_life_steps must be > 0; got {self.half_life_steps}")
         require(self.min_groups >= 1, f"fusion.min_groups must be >= 1; got {self.min_groups}")
         require(self.max_ratio >= 1, f"fusion.max_ratio must be >= 1; got {self.max_ratio}")
         require(self.bias_horizon >= 1, f"fusion.bias_horizon must be >= 1; got {self.bias_horizon}")
-        require(self.paper_max_weight >= self.paper_target_weight >= 1, "fusion: need 1 <= paper_target_weight <= paper_max_weight")
-        require(self.paper_half_life_groups > 0 and self.paper_warmup_groups >= 1, "fusion: paper half-life and warm-up must be positive")
+        require(
+            self.paper_max_weight >= self.paper_target_weight >= 1,
+            "fusion: need 1 <= paper_target_weight <= paper_max_weight",
+        )
+        require(
+            self.paper_half_life_groups > 0 and self.paper_warmup_groups >= 1,
+            "fusion: paper half-life and warm-up must be positive",
+        )
 
 
 def group_disagreement(calibrated: np.ndarray, real: np.ndarray) -> float | None:
@@ -149,7 +158,11 @@ class Fusion:
             if d is not None:
                 self.paper_ema = d if self.paper_ema is None else (1 - alpha) * self.paper_ema + alpha * d
                 self.paper_groups += 1
-                if self.paper_gain is None and self.paper_groups >= cfg.paper_warmup_groups and self.paper_ema > 1e-12:
+                if (
+                    self.paper_gain is None
+                    and self.paper_groups >= cfg.paper_warmup_groups
+                    and self.paper_ema > 1e-12
+                ):
                     # Frozen once, as in the official code: the weight is exactly the target at warm-up.
                     self.paper_gain = (cfg.paper_target_weight - 1.0) / self.paper_ema
         self.groups_measured += measured
@@ -243,5 +256,8 @@ class Fusion:
         self.paper_ema = None if state["paper_ema"] is None else float(state["paper_ema"])
         self.paper_groups = int(state["paper_groups"])
         self.paper_gain = None if state["paper_gain"] is None else float(state["paper_gain"])
-        if any(not math.isfinite(getattr(self, n)) for n in ("signal_ss", "error_ss", "noise_ss", "dof", "noise_dof")):
+        if any(
+            not math.isfinite(getattr(self, n))
+            for n in ("signal_ss", "error_ss", "noise_ss", "dof", "noise_dof")
+        ):
             raise ValueError("fusion state holds non-finite sums")

@@ -42,7 +42,7 @@ class CostLedger:
 
     def __init__(self, accelerators: dict[str, float] | None = None) -> None:
         """``accelerators``: accelerators held per stream (default 0 = CPU-only; the GPU count on GPUs)."""
-        self.accelerators = {s: 0.0 for s in self.STREAMS} | dict(accelerators or {})
+        self.accelerators = dict.fromkeys(self.STREAMS, 0.0) | dict(accelerators or {})
         self.streams: dict[str, StreamCost] = {s: StreamCost() for s in self.STREAMS}
         self.graded_rollouts = 0
 
@@ -106,7 +106,9 @@ class CostLedger:
         lines.append(f"{'total':<12} {rep['total']['wall_s']:>10.2f} {rep['total']['accel_s']:>10.2f}")
         est = rep["real_mode_estimate"]
         if est["wall_s"] is not None:
-            lines.append(f"real-execution GRPO, estimated: {est['wall_s']:.2f} wall s ({est['ratio_wall']:.2f}x this run)")
+            lines.append(
+                f"real-execution GRPO, estimated: {est['wall_s']:.2f} wall s ({est['ratio_wall']:.2f}x this run)"
+            )
         else:
             lines.append("real-execution GRPO estimate: unknown (no anchor execution was measured)")
         return "\n".join(lines)

@@ -64,12 +64,19 @@ class SchedulerConfig:
             isinstance(self.fraction, (int, float)) and 0.0 <= self.fraction <= 1.0,
             f"scheduler.fraction must be in [0, 1]; got {self.fraction}",
         )
-        require(isinstance(self.floor, int) and self.floor >= 0, f"scheduler.floor must be an integer >= 0; got {self.floor}")
         require(
-            self.max_concurrent is None or (isinstance(self.max_concurrent, int) and self.max_concurrent >= 1),
+            isinstance(self.floor, int) and self.floor >= 0,
+            f"scheduler.floor must be an integer >= 0; got {self.floor}",
+        )
+        require(
+            self.max_concurrent is None
+            or (isinstance(self.max_concurrent, int) and self.max_concurrent >= 1),
             f"scheduler.max_concurrent must be None or an integer >= 1; got {self.max_concurrent}",
         )
-        require(0.0 <= self.active_share <= 1.0, f"scheduler.active_share must be in [0, 1]; got {self.active_share}")
+        require(
+            0.0 <= self.active_share <= 1.0,
+            f"scheduler.active_share must be in [0, 1]; got {self.active_share}",
+        )
 
 
 class AnchorScheduler:
@@ -150,7 +157,9 @@ class AnchorScheduler:
             mask |= self._pick(remaining, draws, tasks, mask, fraction=max(f, k / n))
         return mask
 
-    def _pick(self, k: int, draws: np.ndarray, tasks: list[str], taken: np.ndarray, fraction: float) -> np.ndarray:
+    def _pick(
+        self, k: int, draws: np.ndarray, tasks: list[str], taken: np.ndarray, fraction: float
+    ) -> np.ndarray:
         mask = np.zeros(len(draws), dtype=bool)
         free = [int(i) for i in np.argsort(draws, kind="stable") if not taken[i]]
         if not self.config.stratify:

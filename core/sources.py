@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 
-class Role(str, Enum):
+class Role(StrEnum):
     """Which stream a source feeds: the cheap world model or the trusted anchor (real execution)."""
 
     WORLD_MODEL = "world_model"
@@ -113,13 +113,15 @@ def as_source(
     name: str | None = None,
 ) -> FunctionSource:
     """Turn a batch scoring function into a reward source (name defaults to the function's name)."""
-    return FunctionSource(fn=fn, role=Role.parse(role), name=getattr(fn, "__name__", "source") if name is None else name)
+    return FunctionSource(
+        fn=fn, role=Role.parse(role), name=getattr(fn, "__name__", "source") if name is None else name
+    )
 
 
 def _validate_value(source_name: str, index: int, value: Any) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+    if isinstance(value, bool) or (not isinstance(value, (int, float)) and not hasattr(value, "__float__")):
         raise SourceError(
             f"source {source_name!r} returned {value!r} ({type(value).__name__}) for item {index}: "
             "scores must be real numbers or None (unknown)"
@@ -157,14 +159,18 @@ def collect_grades(source: RewardSource, items: Sequence[Any]) -> list[Grade]:
             value = _validate_value(name, i, entry.value)
             variance = entry.variance
             if variance is not None and (not math.isfinite(variance) or variance < 0):
-                raise SourceError(f"source {name!r} gave item {i} a variance of {variance}: it must be finite and >= 0")
+                raise SourceError(
+                    f"source {name!r} gave item {i} a variance of {variance}: it must be finite and >= 0"
+                )
             grades.append(Grade(value, entry.status, variance, entry.info))
         else:
             grades.append(Grade(_validate_value(name, i, entry)))
     return grades
 
 
-def check_source(source: Any, sample_items: Sequence[Any] | None = None, role: Role | str | None = None) -> list[str]:
+def check_source(
+    source: Any, sample_items: Sequence[Any] | None = None, role: Role | str | None = None
+) -> list[str]:
     """Validate a user's reward source; return a list of problems (empty when it is fine).
 
     Checks the attributes, the role (against ``role`` when given) and, when ``sample_items`` are
@@ -205,6 +211,8 @@ def check_pair(world_model: Any, anchor: Any) -> None:
     problems = [f"world model: {p}" for p in check_source(world_model, role=Role.WORLD_MODEL)]
     problems += [f"anchor: {p}" for p in check_source(anchor, role=Role.ANCHOR)]
     if world_model is anchor:
-        problems.append("the world model and the anchor are the same object; the anchor must be real execution")
+        problems.append(
+            "the world model and the anchor are the same object; the anchor must be real execution"
+        )
     if problems:
         raise SourceError("invalid reward-source pair:\n  " + "\n  ".join(problems))

@@ -6,7 +6,9 @@ import argparse
 
 
 def register(root) -> None:
-    syn = root.subcommand("bench", "synthetic", "simulated GRPO: WMRL against real-execution GRPO", _synthetic)
+    syn = root.subcommand(
+        "bench", "synthetic", "simulated GRPO: WMRL against real-execution GRPO", _synthetic
+    )
     syn.add_argument("--quick", action="store_true", help="small problem that finishes in under 2 minutes")
     syn.add_argument("--seeds", type=int, default=None, help="number of seeds (default 5, quick 3)")
     syn.add_argument("--seed0", type=int, default=0, help="first seed")

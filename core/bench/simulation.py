@@ -42,7 +42,7 @@ from wmrl.core.corrector import Corrector, CorrectorConfig
 
 __all__ = ["ARMS", "ArmResult", "Landscape", "SimConfig", "run_arm"]
 
-# arm name -> corrector preset (and whether the arm consults the world model at all)
+# arm name -> corrector preset. ``wmrl`` is the default configuration (fusion mode ``mse``).
 ARMS: dict[str, str] = {
     "real": "real",
     "world_model": "world_model",
@@ -52,8 +52,8 @@ ARMS: dict[str, str] = {
     "uncorrected_mix": "uncorrected_mix",
     "wmrl_paper_weight": "wmrl_paper_weight",
     "wmrl_inverse_variance": "wmrl_inverse_variance",
-    "wmrl_mse": "wmrl_mse",
     "wmrl_adaptive_budget": "wmrl_adaptive_budget",
+    "wmrl_active": "wmrl_active",
 }
 
 
@@ -88,8 +88,21 @@ class SimConfig:
         require(self.n_tasks >= self.groups_per_step >= 1, "need n_tasks >= groups_per_step >= 1")
         require(self.n_solutions >= 2 and self.group_size >= 2, "need n_solutions >= 2 and group_size >= 2")
         require(self.steps >= 1 and self.lr > 0, "need steps >= 1 and lr > 0")
-        require(self.p_syntax + self.p_runtime + self.p_no_submission < 1, "failure probabilities must leave room for valid solutions")
-        for name in ("bias_strength", "noise", "confusion_rate", "drift", "wm_unknown", "real_unknown", "base_cost", "wm_cost", "exec_cost"):
+        require(
+            self.p_syntax + self.p_runtime + self.p_no_submission < 1,
+            "failure probabilities must leave room for valid solutions",
+        )
+        for name in (
+            "bias_strength",
+            "noise",
+            "confusion_rate",
+            "drift",
+            "wm_unknown",
+            "real_unknown",
+            "base_cost",
+            "wm_cost",
+            "exec_cost",
+        ):
             require(getattr(self, name) >= 0, f"{name} must be >= 0")
         require(self.confusion_rate * self.bias_strength <= 1, "confusion_rate * bias_strength must be <= 1")
 
@@ -202,4 +215,3 @@ def run_arm(cfg: SimConfig, arm: str, seed: int, keep_metrics: bool = False) -> 
         executions=np.array(executions, dtype=float),
         metrics=metrics,
     )
-

@@ -43,7 +43,9 @@ def ci95(values: np.ndarray) -> float:
     return float(stats.t.ppf(0.975, n - 1) * np.std(values, ddof=1) / np.sqrt(n))
 
 
-def summarise(cfg: SimConfig, runs: dict[str, list[ArmResult]], exec_cost: float) -> dict[str, dict[str, Any]]:
+def summarise(
+    cfg: SimConfig, runs: dict[str, list[ArmResult]], exec_cost: float
+) -> dict[str, dict[str, Any]]:
     """The per-arm summary for one execution cost."""
     real_final = float(np.mean([r.true_reward[-1] for r in runs["real"]])) if "real" in runs else None
     real_cost = float(np.mean([r.cost(cfg, exec_cost)[-1] for r in runs["real"]])) if "real" in runs else None
@@ -64,7 +66,9 @@ def summarise(cfg: SimConfig, runs: dict[str, list[ArmResult]], exec_cost: float
             "cost": float(costs[-1]),
             "cost_to_target": float(costs[reached[0]]) if reached.size else None,
             "compute_ratio_vs_real": real_cost / float(costs[-1]) if real_cost and costs[-1] > 0 else None,
-            "realised_anchor_fraction": float(np.mean([r.executions.sum() / r.rollouts.sum() for r in results])),
+            "realised_anchor_fraction": float(
+                np.mean([r.executions.sum() / r.rollouts.sum() for r in results])
+            ),
             "mean_effective_lr_scale": _mean_known(weights),
             "mean_anchor_weight": _mean_known(anchor_w),
             "mean_anchor_share": _mean_known(share),
@@ -77,7 +81,9 @@ def _mean_known(values: list) -> float | None:
     return float(np.mean(known)) if known else None
 
 
-def run_arms(cfg: SimConfig, arms: list[str], seeds: list[int], progress: bool = True) -> dict[str, list[ArmResult]]:
+def run_arms(
+    cfg: SimConfig, arms: list[str], seeds: list[int], progress: bool = True
+) -> dict[str, list[ArmResult]]:
     runs: dict[str, list[ArmResult]] = {}
     total = len(arms) * len(seeds)
     done = 0
@@ -88,7 +94,12 @@ def run_arms(cfg: SimConfig, arms: list[str], seeds: list[int], progress: bool =
             done += 1
             if progress and (sys.stderr.isatty() or done % max(1, total // 10) == 0 or done == total):
                 end = "" if sys.stderr.isatty() else "\n"
-                print(f"\r  {done}/{total} runs ({arm}, seed {seed})".ljust(60), end=end, file=sys.stderr, flush=True)
+                print(
+                    f"\r  {done}/{total} runs ({arm}, seed {seed})".ljust(60),
+                    end=end,
+                    file=sys.stderr,
+                    flush=True,
+                )
     if progress and sys.stderr.isatty():
         print(file=sys.stderr)
     return runs
@@ -99,21 +110,32 @@ def sweep(cfg: SimConfig, seeds: list[int], progress: bool = True) -> dict[str, 
     cells = []
     for bias in SWEEP_BIAS:
         for noise in SWEEP_NOISE:
-            cell_cfg = replace(cfg, bias_strength=bias, noise=noise, confusion_rate=min(cfg.confusion_rate, 1.0 / bias))
-            runs = {arm: [run_arm(cell_cfg, arm, s) for s in seeds] for arm in ("real", "wmrl", "world_model")}
+            cell_cfg = replace(
+                cfg, bias_strength=bias, noise=noise, confusion_rate=min(cfg.confusion_rate, 1.0 / bias)
+            )
+            runs = {
+                arm: [run_arm(cell_cfg, arm, s) for s in seeds] for arm in ("real", "wmrl", "world_model")
+            }
             summary = summarise(cell_cfg, runs, cfg.exec_cost)
             cells.append(
                 {
                     "bias_strength": bias,
                     "noise": noise,
-                    "reward_ratio_wmrl_vs_real": summary["wmrl"]["final_true_reward"] / summary["real"]["final_true_reward"],
-                    "reward_ratio_world_model_vs_real": summary["world_model"]["final_true_reward"] / summary["real"]["final_true_reward"],
+                    "reward_ratio_wmrl_vs_real": summary["wmrl"]["final_true_reward"]
+                    / summary["real"]["final_true_reward"],
+                    "reward_ratio_world_model_vs_real": summary["world_model"]["final_true_reward"]
+                    / summary["real"]["final_true_reward"],
                     "compute_ratio": summary["wmrl"]["compute_ratio_vs_real"],
                     "wmrl_reached_target": summary["wmrl"]["cost_to_target"] is not None,
                 }
             )
             if progress:
-                print(f"\r  sweep cell bias={bias} noise={noise} done".ljust(60), end="", file=sys.stderr, flush=True)
+                print(
+                    f"\r  sweep cell bias={bias} noise={noise} done".ljust(60),
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if progress:
         print(file=sys.stderr)
     return {"bias_levels": list(SWEEP_BIAS), "noise_levels": list(SWEEP_NOISE), "cells": cells}
@@ -149,7 +171,9 @@ def plot_curves(cfg: SimConfig, runs: dict[str, list[ArmResult]], path: Path) ->
         ax.plot(costs, mean, label=arm)
         ax.fill_between(costs, mean - half, mean + half, alpha=0.15)
     ax.set_xscale("log")
-    ax.set_xlabel(f"cumulative cost (units; real execution = {cfg.exec_cost:g}, world model = {cfg.wm_cost:g}, generation+update = {cfg.base_cost:g})")
+    ax.set_xlabel(
+        f"cumulative cost (units; real execution = {cfg.exec_cost:g}, world model = {cfg.wm_cost:g}, generation+update = {cfg.base_cost:g})"
+    )
     ax.set_ylabel("true expected reward of the policy")
     ax.set_title("Simulated GRPO: true reward against cost (mean, 95% CI over seeds)")
     ax.legend(fontsize=8)
@@ -173,7 +197,14 @@ def plot_sweep(result: dict[str, Any], path: Path) -> None:
             grid[bias.index(c["bias_strength"]), noise.index(c["noise"])] = c[key]
         grids[key] = grid
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-    for ax, (key, title) in zip(axes, [("reward_ratio_wmrl_vs_real", "final true reward: wmrl / real"), ("compute_ratio", "compute ratio: real cost / wmrl cost")], strict=True):
+    for ax, (key, title) in zip(
+        axes,
+        [
+            ("reward_ratio_wmrl_vs_real", "final true reward: wmrl / real"),
+            ("compute_ratio", "compute ratio: real cost / wmrl cost"),
+        ],
+        strict=True,
+    ):
         im = ax.imshow(grids[key], origin="lower", cmap="viridis", aspect="auto")
         ax.set_xticks(range(len(noise)), [str(n) for n in noise])
         ax.set_yticks(range(len(bias)), [str(b) for b in bias])
@@ -193,7 +224,9 @@ def run_from_cli(args: argparse.Namespace) -> int:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        print("wmrl bench synthetic writes plots and needs matplotlib: pip install 'wmrl[viz]'", file=sys.stderr)
+        print(
+            "wmrl bench synthetic writes plots and needs matplotlib: pip install 'wmrl[viz]'", file=sys.stderr
+        )
         return 2
     if args.exec_cost <= 0:
         print("--exec-cost must be > 0", file=sys.stderr)
@@ -209,10 +242,19 @@ def run_from_cli(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    print(f"wmrl bench synthetic: {len(ARMS)} arms x {len(seeds)} seeds, {cfg.steps} steps each", file=sys.stderr)
+    print(
+        f"wmrl bench synthetic: {len(ARMS)} arms x {len(seeds)} seeds, {cfg.steps} steps each",
+        file=sys.stderr,
+    )
     runs = run_arms(cfg, list(ARMS), seeds)
     summary = summarise(cfg, runs, cfg.exec_cost)
-    sensitivity = {f"{c:g}": {arm: {k: s[k] for k in ("cost", "cost_to_target", "compute_ratio_vs_real")} for arm, s in summarise(cfg, runs, c).items()} for c in SENSITIVITY_EXEC_COSTS}
+    sensitivity = {
+        f"{c:g}": {
+            arm: {k: s[k] for k in ("cost", "cost_to_target", "compute_ratio_vs_real")}
+            for arm, s in summarise(cfg, runs, c).items()
+        }
+        for c in SENSITIVITY_EXEC_COSTS
+    }
     print(format_table(summary, cfg.exec_cost))
     print("\nSensitivity of the compute ratio (real cost / arm cost) to the cost of one real execution:")
     print(f"{'arm':<20} " + " ".join(f"{'exec=' + k:>10}" for k in sensitivity))
@@ -225,7 +267,13 @@ def run_from_cli(args: argparse.Namespace) -> int:
         "definitions": __doc__,
         "arms": summary,
         "sensitivity": sensitivity,
-        "curves": {arm: {"true_reward_mean": np.mean([r.true_reward for r in rs], axis=0).tolist(), "cost_mean": np.mean([r.cost(cfg) for r in rs], axis=0).tolist()} for arm, rs in runs.items()},
+        "curves": {
+            arm: {
+                "true_reward_mean": np.mean([r.true_reward for r in rs], axis=0).tolist(),
+                "cost_mean": np.mean([r.cost(cfg) for r in rs], axis=0).tolist(),
+            }
+            for arm, rs in runs.items()
+        },
     }
     plot_curves(cfg, runs, out / "reward_vs_cost.png")
     if args.sweep:
@@ -235,7 +283,10 @@ def run_from_cli(args: argparse.Namespace) -> int:
         print(f"{'bias / noise':<14}" + "".join(f"{n:>18}" for n in SWEEP_NOISE))
         for b in SWEEP_BIAS:
             row = [c for c in result["sweep"]["cells"] if c["bias_strength"] == b]
-            print(f"{b:<14}" + "".join(f"{c['reward_ratio_wmrl_vs_real']:>10.3f} | {c['compute_ratio']:.2f}x" for c in row))
+            print(
+                f"{b:<14}"
+                + "".join(f"{c['reward_ratio_wmrl_vs_real']:>10.3f} | {c['compute_ratio']:.2f}x" for c in row)
+            )
         plot_sweep(result["sweep"], out / "sweep.png")
     result["wall_s"] = time.perf_counter() - started
     (out / "results.json").write_text(json.dumps(result, indent=2))

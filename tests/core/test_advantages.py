@@ -7,6 +7,13 @@ from hypothesis import strategies as st
 
 from wmrl.core.advantages import AdvantageConfig, as_reward_matrix, group_advantages
 
+# Rewards on a 1e-3 grid: the invariances are exact maths, and float rounding of differences far
+# below the offset (1 + 1e-239 == 1) is not what they are about.
+grid_rewards = st.lists(
+    st.lists(st.one_of(st.none(), st.integers(-5000, 5000).map(lambda i: i / 1000)), min_size=1, max_size=8),
+    min_size=1,
+    max_size=6,
+)
 rewards_strategy = st.lists(
     st.lists(st.one_of(st.none(), st.floats(-5, 5, allow_nan=False)), min_size=1, max_size=8),
     min_size=1,
@@ -26,7 +33,7 @@ def test_centring_only_is_reward_minus_mean():
 
 
 @settings(max_examples=200, deadline=None)
-@given(rewards_strategy, st.floats(-10, 10))
+@given(grid_rewards, st.floats(-10, 10))
 def test_zero_mean_per_group_and_shift_invariant(groups, shift):
     r = as_reward_matrix(groups)
     base = group_advantages(r)
@@ -44,7 +51,7 @@ def test_zero_mean_per_group_and_shift_invariant(groups, shift):
 
 
 @settings(max_examples=100, deadline=None)
-@given(rewards_strategy, st.floats(0.1, 10), st.floats(-3, 3))
+@given(grid_rewards, st.floats(0.1, 10), st.floats(-3, 3))
 def test_positive_affine_map_leaves_standardised_advantages_unchanged(groups, scale, offset):
     r = as_reward_matrix(groups)
     cfg = AdvantageConfig(eps=0.0)

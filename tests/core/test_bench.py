@@ -14,7 +14,9 @@ SMALL = SimConfig(n_tasks=6, n_solutions=12, groups_per_step=4, group_size=4, st
 def test_real_arm_learns_and_costs_what_the_model_says():
     res = run_arm(SMALL, "real", seed=0)
     assert res.true_reward[-1] > res.true_reward[0] + 0.1
-    per_step = 4 * 4 * (SMALL.base_cost + SMALL.exec_cost)  # every rollout generated and executed, no world model
+    per_step = (
+        4 * 4 * (SMALL.base_cost + SMALL.exec_cost)
+    )  # every rollout generated and executed, no world model
     assert res.cost(SMALL)[-1] == pytest.approx(40 * per_step)
 
 
@@ -32,7 +34,9 @@ def test_same_seed_same_run():
 
 
 def test_noiseless_unbiased_world_model_matches_real_execution():
-    clean = replace(SMALL, bias_strength=0.0, noise=0.0, confusion_rate=0.0, drift=0.0, wm_unknown=0.0, real_unknown=0.0)
+    clean = replace(
+        SMALL, bias_strength=0.0, noise=0.0, confusion_rate=0.0, drift=0.0, wm_unknown=0.0, real_unknown=0.0
+    )
     real = run_arm(clean, "real", seed=1).true_reward[-1]
     wm = run_arm(clean, "world_model", seed=1).true_reward[-1]
     assert wm == pytest.approx(real, abs=0.05)
@@ -41,7 +45,13 @@ def test_noiseless_unbiased_world_model_matches_real_execution():
 def test_summary_fields():
     runs = {arm: [run_arm(SMALL, arm, s, keep_metrics=True) for s in (0, 1)] for arm in ("real", "wmrl")}
     summary = summarise(SMALL, runs, SMALL.exec_cost)
-    for key in ("final_true_reward", "final_true_reward_ci95", "cost", "cost_to_target", "compute_ratio_vs_real"):
+    for key in (
+        "final_true_reward",
+        "final_true_reward_ci95",
+        "cost",
+        "cost_to_target",
+        "compute_ratio_vs_real",
+    ):
         assert key in summary["wmrl"]
     assert summary["real"]["compute_ratio_vs_real"] == pytest.approx(1.0)
     assert summary["real"]["cost_to_target"] is not None

@@ -35,7 +35,7 @@ def test_file_and_overrides(tmp_path):
     cfg = load_config(CorrectorConfig, path, ["scheduler.fraction=0.25", "debias.per_key=true"])
     assert cfg.seed == 4 and cfg.fusion.mode == "none"
     assert cfg.scheduler.fraction == 0.25 and cfg.debias.per_key is True
-    with pytest.raises(ConfigError, match="key.sub=value"):
+    with pytest.raises(ConfigError, match=r"key\.sub=value"):
         apply_overrides({}, ["oops"])
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(CorrectorConfig, tmp_path / "missing.json")

@@ -14,7 +14,9 @@ def _feed(debiaser, steps, rng, distort=lambda r: 0.2 + 0.7 * r**2, noise=0.02, 
     for step in range(steps):
         real = rng.random(per_step)
         wm = distort(real) + rng.normal(0, noise, per_step)
-        debiaser.observe(step, wm, real, np.repeat(np.arange(per_step // 4), 4), None if key is None else [key] * per_step)
+        debiaser.observe(
+            step, wm, real, np.repeat(np.arange(per_step // 4), 4), None if key is None else [key] * per_step
+        )
         debiaser.refit(step)
 
 
@@ -78,7 +80,7 @@ def test_refit_tracks_a_drifting_bias():
 def test_within_group_bias_reduction_is_computed_within_groups():
     real = np.array([0.0, 1.0, 0.0, 1.0])
     raw = np.array([10.0, 12.0, 0.0, 2.0])  # group offsets differ by 10: invisible to GRPO
-    red, ss_raw, ss_cal = within_group_bias_reduction(raw, raw, real, np.array([0, 0, 1, 1]))
+    red, ss_raw, _ss_cal = within_group_bias_reduction(raw, raw, real, np.array([0, 0, 1, 1]))
     # Centred within groups, the raw error is only the slope error: (±1 - ±0.5)² summed = 4 * 0.25.
     assert ss_raw == pytest.approx(1.0)
     assert red == pytest.approx(0.0)

@@ -14,7 +14,7 @@ def _observe(fusion, rng, noise, groups=40, size=8, persistent=0.0):
 
 
 def test_weights_average_to_one_over_contributing_groups():
-    f = Fusion(FusionConfig(min_groups=1))
+    f = Fusion(FusionConfig(mode="inverse_variance", min_groups=1))
     _observe(f, np.random.default_rng(0), noise=0.3)
     is_anchor = np.array([True, False, False, False, False, True, False])
     contributes = np.array([True, True, True, False, True, True, True])
@@ -25,7 +25,7 @@ def test_weights_average_to_one_over_contributing_groups():
 
 
 def test_equal_weights_when_the_world_model_is_noiseless():
-    f = Fusion(FusionConfig(min_groups=1))
+    f = Fusion(FusionConfig(mode="inverse_variance", min_groups=1))
     _observe(f, np.random.default_rng(0), noise=0.0)
     w = f.weights(np.array([True, False, False]), np.ones(3, bool))
     np.testing.assert_allclose(w, 1.0)
@@ -34,14 +34,14 @@ def test_equal_weights_when_the_world_model_is_noiseless():
 def test_anchor_weight_grows_with_world_model_noise():
     ratios = []
     for noise in (0.05, 0.2, 0.5):
-        f = Fusion(FusionConfig(min_groups=1))
+        f = Fusion(FusionConfig(mode="inverse_variance", min_groups=1))
         _observe(f, np.random.default_rng(0), noise=noise)
         ratios.append(f.ratio)
     assert ratios[0] < ratios[1] < ratios[2]
 
 
 def test_ratio_is_one_plus_error_over_signal():
-    f = Fusion(FusionConfig(min_groups=1))
+    f = Fusion(FusionConfig(mode="inverse_variance", min_groups=1))
     real = np.array([0.0, 1.0])
     cal = np.array([0.25, 0.75])  # centred error (0.25, -0.25): E = 0.125 / 1 dof; S = 0.5 / 1 dof
     f.observe([real], [cal])

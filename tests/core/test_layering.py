@@ -36,7 +36,9 @@ def test_core_never_imports_the_domain_packages():
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
             for name in names:
-                if name.split(".")[:2] in (["wmrl", "autoresearch"], ["wmrl", "embodied"]) or name.split(".")[0] in ("autoresearch", "embodied"):
+                if name.split(".")[:2] in (["wmrl", "autoresearch"], ["wmrl", "embodied"]) or name.split(".")[
+                    0
+                ] in ("autoresearch", "embodied"):
                     offenders.append(f"{path.relative_to(ROOT)}: {name}")
     assert not offenders, offenders
 
@@ -59,8 +61,15 @@ def test_every_package_folder_is_listed_in_pyproject():
 
 
 def test_cli_help_lists_the_commands():
-    result = subprocess.run([sys.executable, "-m", "wmrl.core.cli", "--help"], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "wmrl.core.cli", "--help"], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert "bench" in result.stdout
-    result = subprocess.run([sys.executable, "-m", "wmrl.core.cli", "bench", "--help"], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "wmrl.core.cli", "bench", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "synthetic" in result.stdout and "overhead" in result.stdout
