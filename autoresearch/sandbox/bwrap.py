@@ -119,6 +119,8 @@ class BwrapSandbox(LocalSandbox):
         hidden_paths: host folders to hide (an empty read-only tmpfs over them) should they fall
             inside a bound folder, e.g. a task suite installed in site-packages. An installed
             ``wmrl`` package is always hidden.
+        extra_ro_paths: more host folders to bind read-only at their host paths (a folder of model
+            weights, extra libraries). Never bind a folder that holds answers.
         output_root, cgroups: see :class:`~.base.LocalSandbox`.
     """
 
@@ -130,6 +132,7 @@ class BwrapSandbox(LocalSandbox):
         *,
         bwrap: str | None = None,
         hidden_paths: Iterable[str | os.PathLike] = (),
+        extra_ro_paths: Iterable[str | os.PathLike] = (),
         output_root=None,
         cgroups="auto",
     ) -> None:
@@ -141,7 +144,13 @@ class BwrapSandbox(LocalSandbox):
             else "bubblewrap (bwrap) is not installed (apt-get install bubblewrap)"
         )
         self.python = sys.executable
-        self._roots = [r for r in interpreter_roots() if not _inside(r, [Path("/usr")])]
+        extra = [Path(os.path.realpath(p)) for p in extra_ro_paths]
+        for p in extra:
+            if not p.is_dir():
+                raise ValueError(f"extra_ro_paths entry {p} is not an existing folder")
+            if p == Path("/"):
+                raise ValueError("extra_ro_paths must not contain / (that would expose the whole host)")
+        self._roots = [r for r in [*interpreter_roots(), *extra] if not _inside(r, [Path("/usr")])]
         self._hidden = [Path(os.path.realpath(p)) for p in (*_wmrl_package_dirs(), *hidden_paths)]
         for r in self._roots:
             if _inside(r, [Path(INSIDE_ROOT)]):
