@@ -15,6 +15,7 @@ from typing import Any
 
 from wmrl.autoresearch.grading.ladder import RewardLadder
 from wmrl.autoresearch.grading.scoring import SubmissionScore, score_submission
+from wmrl.autoresearch.grading.staging import staged_public_dir
 from wmrl.autoresearch.grading.validation import SubmissionError, read_answers
 from wmrl.autoresearch.tasks.model import Task
 from wmrl.core.sources import Grade
@@ -179,7 +180,8 @@ class ExecutionGrader:
         try:
             import wmrl.autoresearch.sandbox as sandbox_module
 
-            result = self.sandbox.run(code, task.public_dir, _limits(sandbox_module, task))
+            data_dir = staged_public_dir(task.id, task.public_dir)
+            result = self.sandbox.run(code, data_dir, _limits(sandbox_module, task))
         except Exception as err:  # the harness failed, not the solution: unknown, never 0
             return self._harness_error(task, f"sandbox failed: {type(err).__name__}: {err}")
         run = {

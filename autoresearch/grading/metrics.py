@@ -138,6 +138,9 @@ def _binary_truth(name: str, y_true: np.ndarray) -> np.ndarray:
     """Map binary answers to 0/1 (positive = 1 / True / the larger of two numbers)."""
     keys = label_keys(y_true)
     classes = sorted(set(keys.tolist()))
+    for pair, positive in ((("0", "1"), "1"), (("False", "True"), "True")):
+        if set(classes) <= set(pair):  # 0/1 or False/True answers, even if one class is absent
+            return (keys == positive).astype(int)
     if len(classes) != 2:
         raise MetricError(
             f"{name}: needs exactly two classes in the answers; found {len(classes)} ({classes[:5]})"
@@ -224,8 +227,8 @@ def _gini(t, p):
 
 def _log_loss(t, p):
     """Binary (1-D: probability of the positive class) or multi-class (2-D: one probability column per
-    class, answers one-hot). Probabilities are clipped to [1e-15, 1 - 1e-15] and, for multi-class,
-    each row is divided by its sum, as Kaggle does."""
+    class, answers one-hot). For multi-class each row is divided by its sum; probabilities are then
+    clipped to [1e-15, 1 - 1e-15], as Kaggle does."""
     eps = 1e-15
     prob = _numeric("log_loss", p)
     if t.ndim == 1:
@@ -235,8 +238,10 @@ def _log_loss(t, p):
     truth = _numeric("log_loss", t)
     if not np.all((truth == 0) | (truth == 1)) or not np.all(truth.sum(axis=1) == 1):
         raise MetricError("log_loss: multi-class answers must be one-hot (one 1 per row)")
-    prob = np.clip(prob, eps, 1 - eps)
-    prob = prob / prob.sum(axis=1, keepdims=True)
+    # Kaggle's order: divide each row by its sum, then clip. The lower clip first keeps an all-zero
+    # row finite (it becomes uniform) without changing any other row beyond 1e-15.
+    prob = np.clip(prob, eps, None)
+    prob = np.clip(prob / prob.sum(axis=1, keepdims=True), eps, 1 - eps)
     return float(-np.mean(np.sum(truth * np.log(prob), axis=1)))
 
 

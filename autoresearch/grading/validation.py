@@ -79,6 +79,17 @@ def _read_csv(path: Path, what: str):
         raise SubmissionError("unreadable", f"the {what} file is not a readable CSV: {first}") from None
 
 
+def _raw_header(path: Path) -> list[str] | None:
+    """The first CSV line's fields as written (None when it cannot be decoded)."""
+    import csv
+
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            return next(csv.reader(fh), None)
+    except (UnicodeDecodeError, csv.Error):
+        return None
+
+
 def read_answers(task: Task):
     """The task's answers as a text DataFrame (ids, targets and optional ``Usage``).
 
@@ -187,10 +198,16 @@ def validate_submission(path: str | os.PathLike | None, task: Task, answers=None
         raise SubmissionError("empty", "the submission file is empty (no header, no rows)")
     metric = get_metric(task.metric)
     answers = read_answers(task) if answers is None else answers
+    header = _raw_header(path)
     frame = _read_csv(path, "submission")
 
     required = [*task.id_columns, *task.target_columns]
-    columns = [str(c) for c in frame.columns]
+    # pandas renames a repeated column ("y" -> "y.1"); the raw header shows the repetition.
+    columns = (
+        header
+        if header is not None and len(header) == len(frame.columns)
+        else [str(c) for c in frame.columns]
+    )
     duplicated = sorted({c for c in columns if columns.count(c) > 1})
     missing = [c for c in required if c not in columns]
     extra = [c for c in columns if c not in required]
@@ -201,7 +218,7 @@ def validate_submission(path: str | os.PathLike | None, task: Task, answers=None
         if extra:
             hint = " (an unnamed first column usually means the DataFrame index was written: use index=False)"
             parts.append(
-                f"unexpected {extra}" + (hint if any(c.startswith("Unnamed") for c in extra) else "")
+                f"unexpected {extra}" + (hint if any(c == "" or c.startswith("Unnamed") for c in extra) else "")
             )
         if duplicated:
             parts.append(f"repeated {duplicated}")

@@ -290,8 +290,9 @@ def fit_predict(problem: Problem, baseline: Baseline, train, test) -> np.ndarray
         y[0] = next(c for c in problem.classes if c != y[0]) if problem.classes else y[0]
 
     dense = baseline.model in _DENSE_ONLY
-    steps = [_preprocessor(problem, baseline, sparse_ok=not dense or bool(problem.text))]
-    if dense and problem.text and baseline.text in ("word", "char"):
+    vectorised_text = bool(problem.text) and baseline.text in ("word", "char")
+    steps = [_preprocessor(problem, baseline, sparse_ok=not dense or vectorised_text)]
+    if dense and vectorised_text:  # tf-idf is too wide to densify: project it first
         steps.append(TruncatedSVD(n_components=64, random_state=baseline.seed))
     model = make_pipeline(*steps, _estimator(problem, baseline, len(train)))
     model.fit(
