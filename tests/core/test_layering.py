@@ -73,3 +73,41 @@ def test_cli_help_lists_the_commands():
         timeout=120,
     )
     assert "synthetic" in result.stdout and "overhead" in result.stdout
+
+
+def test_architecture_doc_lists_every_metric():
+    from wmrl.core.corrector import METRICS
+
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    missing = [k for k in METRICS if f"`{k}`" not in doc]
+    assert not missing, f"document these metrics in docs/architecture.md: {missing}"
+
+
+def test_wheel_contains_every_package(tmp_path):
+    """A normal (non-editable) install must ship the same packages as the editable one."""
+    import zipfile
+
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    wheel = next(tmp_path.glob("wmrl-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    for package in config["packages"]:
+        assert package.replace(".", "/") + "/__init__.py" in names, f"{package} missing from the wheel"
+    assert "wmrl/core/cli.py" in names

@@ -1,0 +1,199 @@
+"""What every run writes: the resolved config, metrics (JSONL, optionally TensorBoard / W&B) and plots.
+
+A run directory looks like::
+
+    RUN/config.json        the resolved, validated config (reload it to reproduce the run)
+    RUN/metrics.jsonl      one JSON object per logged step: {"step": s, "time": t, metric: value...}
+    RUN/tensorboard/       event files, when asked
+    RUN/plots/*.png        calibration curve, anchor/world-model weights, reward over steps
+
+``None`` values (unknown) are written to JSONL as ``null`` and skipped by TensorBoard: unknown is
+not zero.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from wmrl.core.config import to_dict
+
+__all__ = ["RunWriter", "plot_run"]
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, (np.floating, np.integer)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class RunWriter:
+    """Writes a run directory. Use as a context manager or call :meth:`close`."""
+
+    def __init__(
+        self,
+        out_dir: str | Path,
+        config: Any = None,
+        tensorboard: bool = False,
+        wandb_project: str | None = None,
+    ) -> None:
+        self.dir = Path(out_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if config is not None:
+            data = to_dict(config) if not isinstance(config, Mapping) else dict(config)
+            (self.dir / "config.json").write_text(json.dumps(data, indent=2, default=str))
+        # Append: a resumed run continues its log. Closed in close().
+        self._metrics = open(self.dir / "metrics.jsonl", "a")  # noqa: SIM115
+        self._tb = None
+        self._wandb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as err:
+                raise ImportError(
+                    "TensorBoard logging needs the tensorboard package: pip install 'wmrl[viz]'"
+                ) from err
+            self._tb = SummaryWriter(str(self.dir / "tensorboard"))
+        if wandb_project:
+            try:
+                import wandb
+            except ImportError as err:
+                raise ImportError("W&B logging needs wandb: pip install wandb") from err
+            self._wandb = wandb.init(
+                project=wandb_project,
+                dir=str(self.dir),
+                config=to_dict(config) if config is not None else None,
+            )
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        record = {"step": int(step), "time": time.time()}
+        record.update({k: _clean(v) for k, v in metrics.items()})
+        self._metrics.write(json.dumps(record) + "\n")
+        self._metrics.flush()
+        numeric = {
+            k: v
+            for k, v in record.items()
+            if k not in ("step", "time") and isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
+        if self._tb is not None:
+            for key, value in numeric.items():
+                self._tb.add_scalar(key, value, step)
+        if self._wandb is not None:
+            self._wandb.log(numeric, step=step)
+
+    def write_json(self, name: str, data: Any) -> Path:
+        path = self.dir / name
+        path.write_text(json.dumps(data, indent=2, default=str))
+        return path
+
+    def close(self) -> None:
+        self._metrics.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+    def __enter__(self) -> RunWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    return (
+        [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    )
+
+
+def plot_run(run_dir: str | Path, debiaser: Any = None, reward_key: str | None = None) -> list[Path]:
+    """Write the plots a person wants to look at; returns their paths.
+
+    * ``calibration.png``: the anchor pairs (world model vs real) and the fitted isotonic map;
+    * ``weights.png``: anchor and world-model group weights and the anchor fraction over steps;
+    * ``reward.png``: ``reward_key`` (or every key ending in ``reward``/``reward_mean``) over steps.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    run_dir = Path(run_dir)
+    plots = run_dir / "plots"
+    plots.mkdir(exist_ok=True)
+    written = []
+    rows = read_metrics(run_dir)
+
+    if debiaser is not None and debiaser.n_pairs:
+        state = debiaser.state_dict()
+        fig, ax = plt.subplots(figsize=(5, 5))
+        ax.scatter(state["x"], state["y"], s=8, alpha=0.35, label=f"anchor pairs ({debiaser.n_pairs})")
+        grid = np.linspace(float(np.min(state["x"])), float(np.max(state["x"])), 200)
+        ax.plot(
+            grid,
+            debiaser.calibrate(grid),
+            color="C3",
+            label="isotonic map" if debiaser.calibrated else "identity (not fitted yet)",
+        )
+        ax.plot(grid, grid, ls=":", color="grey", label="y = x")
+        ax.set_xlabel("world-model score")
+        ax.set_ylabel("real score")
+        ax.set_title("Calibration of the world model")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(plots / "calibration.png", dpi=110)
+        plt.close(fig)
+        written.append(plots / "calibration.png")
+
+    def series(key: str) -> tuple[list[int], list[float]]:
+        pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+        return [p[0] for p in pts], [p[1] for p in pts]
+
+    if any("wmrl/weight_anchor" in r for r in rows):
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for key, label in (
+            ("wmrl/weight_anchor", "anchor group weight"),
+            ("wmrl/weight_world_model", "world-model group weight"),
+            ("wmrl/anchor_fraction_realised", "anchor fraction (realised)"),
+        ):
+            xs, ys = series(key)
+            if xs:
+                ax.plot(xs, ys, label=label)
+        ax.set_xlabel("step")
+        ax.set_title("Fusion weights and anchor fraction")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(plots / "weights.png", dpi=110)
+        plt.close(fig)
+        written.append(plots / "weights.png")
+
+    keys = (
+        [reward_key]
+        if reward_key
+        else sorted({k for r in rows for k in r if k.endswith(("reward", "reward_mean"))})
+    )
+    if keys:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for key in keys:
+            xs, ys = series(key)
+            if xs:
+                ax.plot(xs, ys, label=key)
+        ax.set_xlabel("step")
+        ax.set_title("Reward")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(plots / "reward.png", dpi=110)
+        plt.close(fig)
+        written.append(plots / "reward.png")
+    return written

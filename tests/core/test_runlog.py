@@ -1,0 +1,35 @@
+"""Run directories: config, metrics with unknowns kept as null, TensorBoard, plots."""
+
+import json
+
+import numpy as np
+import pytest
+
+from wmrl.core.corrector import Corrector, CorrectorConfig
+from wmrl.core.debias import DebiasConfig
+from wmrl.core.runlog import RunWriter, plot_run, read_metrics
+
+
+def test_writes_config_and_metrics_with_unknowns(tmp_path):
+    cfg = CorrectorConfig(seed=3)
+    with RunWriter(tmp_path, cfg) as run:
+        run.log(0, {"a": 1.0, "b": None, "c": float("nan")})
+    assert json.loads((tmp_path / "config.json").read_text())["seed"] == 3
+    rows = read_metrics(tmp_path)
+    assert rows[0]["a"] == 1.0 and rows[0]["b"] is None and rows[0]["c"] is None
+
+
+@pytest.mark.matplotlib
+def test_plots_and_tensorboard(tmp_path):
+    pytest.importorskip("tensorboard")
+    c = Corrector(CorrectorConfig(debias=DebiasConfig(min_pairs=8)))
+    rng = np.random.default_rng(0)
+    with RunWriter(tmp_path, c.config, tensorboard=True) as run:
+        for _ in range(10):
+            true = rng.random((8, 4))
+            plan = c.plan([f"{c.step_count}:{i}" for i in range(8)])
+            out = c.correct(plan, true**2, np.where(plan.anchor[:, None], true, np.nan))
+            run.log(c.step_count, {**out.metrics, "train/reward": float(np.nanmean(out.rewards))})
+    paths = plot_run(tmp_path, c.debiaser)
+    assert {p.name for p in paths} == {"calibration.png", "weights.png", "reward.png"}
+    assert any((tmp_path / "tensorboard").iterdir())
