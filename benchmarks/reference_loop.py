@@ -101,13 +101,17 @@ def main() -> None:
     logits = torch.zeros(N_TASKS, N_SOLUTIONS, requires_grad=True)
     optimizer = torch.optim.Adam([logits], lr=args.lr)
     ledger = CostLedger()
-    corrector = Corrector(CorrectorConfig.preset(args.mode, seed=args.seed), world_model, anchor, ledger=ledger)
+    corrector = Corrector(
+        CorrectorConfig.preset(args.mode, seed=args.seed), world_model, anchor, ledger=ledger
+    )
 
     def true_value() -> float:
         probs = torch.softmax(logits.detach(), dim=1).numpy()
         return float((probs * true_reward).sum(axis=1).mean())
 
-    print(f"mode={args.mode}  initial true reward {true_value():.3f}  (best possible {true_reward.max(axis=1).mean():.3f})")
+    print(
+        f"mode={args.mode}  initial true reward {true_value():.3f}  (best possible {true_reward.max(axis=1).mean():.3f})"
+    )
     for step in range(args.steps):
         # 1. Generate: GROUP_SIZE programs for each of GROUPS_PER_STEP tasks.
         with ledger.measure("generation", items=GROUPS_PER_STEP * GROUP_SIZE):
