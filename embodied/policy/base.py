@@ -15,11 +15,15 @@ Conventions (shared with the LIBERO environment, see ``docs/embodied.md``):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -48,3 +52,39 @@ class VLAPolicy(Protocol):
 
     def act(self, observation: Mapping[str, np.ndarray], instruction: str) -> ActionStep:
         """Choose the next action."""
+
+
+@runtime_checkable
+class TrainablePolicy(VLAPolicy, Protocol):
+    """A token policy that RL can train: re-score stored action tokens, update, checkpoint.
+
+    ``action_log_probs`` must agree with the ``log_prob`` that ``act`` reported for the same
+    observation, instruction and tokens (up to float round-off), so that a PPO ratio
+    ``exp(new - old)`` is exactly 1 before the first update.
+    """
+
+    def action_log_probs(
+        self,
+        observations: Sequence[Mapping[str, np.ndarray]],
+        instructions: Sequence[str],
+        token_ids: np.ndarray | torch.Tensor,
+    ) -> torch.Tensor:
+        """Per-token log-probabilities of ``token_ids``.
+
+        Args:
+            observations: B observations (as given to ``act``).
+            instructions: B instructions.
+            token_ids: ``(B, A)`` action tokens (``ActionStep.token_ids`` stacked).
+
+        Returns:
+            A differentiable float32 tensor of shape ``(B, A)`` (nats).
+        """
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        """The parameters an optimiser should update (only the adapters once LoRA is applied)."""
+
+    def save(self, path: str | Path) -> None:
+        """Write everything needed to rebuild this policy (weights, adapters, tokenizer, statistics) to ``path``."""
+
+    def load(self, path: str | Path) -> None:
+        """Load weights (and adapters) saved by ``save`` into this policy, in place."""

@@ -1,0 +1,545 @@
+"""MiniVLA as a WMRL policy: act in LIBERO, re-score action tokens for RL, LoRA, save and load.
+
+One step (openvla-mini's ``predict_action`` with our RL additions):
+
+1. the image under ``config.image_key`` goes through :class:`DinoSigLIPTransform`;
+2. the prompt is Prismatic's Qwen chat prompt ``<|im_start|>system\\n{system}<|im_end|>\\n<|im_start|>user\\n
+   What action should the robot take to {instruction.lower()}?<|im_end|>\\n<|im_start|>assistant\\n``
+   (the ``QwenPromptBuilder`` text; the "In: ... Out:" prompt belongs to Llama-based OpenVLA);
+3. 7 tokens are decoded with a KV cache: greedy at ``temperature == 0`` (evaluation), sampled from
+   ``softmax(logits / temperature)`` otherwise. With ``constrain_to_actions`` (default) the choice is
+   restricted to the 256 action tokens, so every sample decodes to a valid action; without it the full
+   vocabulary is used as in Prismatic's ``generate`` (a non-action id then clips to an end bin);
+4. tokens -> bin centres -> q01/q99 un-normalisation -> LIBERO gripper (:mod:`action_tokenizer`).
+
+``ActionStep.log_prob`` is the sum over the 7 tokens of ``log_softmax(logits / T)`` at the chosen ids,
+over the same support (action tokens or full vocabulary), with ``T = temperature`` when sampling and
+``T = 1`` for greedy decoding. :meth:`action_log_probs` recomputes exactly these per-token terms with a
+single teacher-forced forward pass, differentiably.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from wmrl.core.config import require
+from wmrl.embodied.policy.action_tokenizer import ActionNormalizer, ActionTokenizer, gripper_to_libero
+from wmrl.embodied.policy.base import ActionStep
+from wmrl.embodied.policy.image_transforms import DinoSigLIPTransform
+from wmrl.embodied.policy.minivla import MiniVLA, MiniVLAConfig
+from wmrl.embodied.policy.prismatic_checkpoint import (
+    load_checkpoint_groups,
+    load_into,
+    load_mapped_state,
+    prismatic_to_ours,
+    read_run,
+    write_run,
+)
+from wmrl.embodied.policy.tokenizer import add_extra_tokens, load_tokenizer
+
+__all__ = ["LORA_TARGETS", "MiniVLAPolicy", "MiniVLAPolicyConfig", "load_saved_policy"]
+
+META_FILE = "minivla.json"
+META_FORMAT = "wmrl-minivla-policy/1"
+QWEN_SYSTEM_PROMPT = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class MiniVLAPolicyConfig:
+    """How the policy turns observations into actions.
+
+    Attributes:
+        image_key: observation entry holding the upright ``uint8 (H, W, 3)`` third-person image.
+        unnorm_key: dataset statistics to un-normalise with (None: the only one in the checkpoint).
+        temperature: 0 = greedy (evaluation); > 0 = sample (RL rollouts).
+        constrain_to_actions: sample/score only among the 256 action tokens.
+        center_crop: openvla-mini's 0.9-area test-time centre crop (for image-augmented checkpoints).
+        pre_resize: Lanczos-resize frames to the backbone size first (openvla-mini's ``get_libero_image``).
+        gripper: ``"libero"`` (0/1 open/close -> -1 open / +1 close) or ``"raw"`` (no conversion).
+        device, dtype: where and in which precision the network runs (``float32`` on CPU: bf16 is slow there).
+        seed: seed of the sampling generator (None: nondeterministic).
+        system_prompt: the Qwen system turn Prismatic's prompt builder inserts.
+    """
+
+    image_key: str = "agentview_image"
+    unnorm_key: str | None = None
+    temperature: float = 0.0
+    constrain_to_actions: bool = True
+    center_crop: bool = True
+    pre_resize: bool = True
+    gripper: str = "libero"
+    device: str = "cpu"
+    dtype: str = "float32"
+    seed: int | None = 0
+    system_prompt: str = QWEN_SYSTEM_PROMPT
+
+    def __post_init__(self) -> None:
+        require(self.temperature >= 0, f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        require(self.gripper in ("libero", "raw"), f"gripper must be 'libero' or 'raw', got {self.gripper!r}")
+        require(self.dtype in _DTYPES, f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
+        require(bool(self.image_key), "image_key must be a non-empty observation key")
+
+    @property
+    def logprob_temperature(self) -> float:
+        """The temperature of the distribution log-probs are reported under (1 for greedy)."""
+        return self.temperature if self.temperature > 0 else 1.0
+
+
+@dataclass
+class _LoraState:
+    r: int
+    alpha: int
+    targets: tuple[str, ...]
+    dropout: float
+    merged: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class MiniVLAPolicy:
+    """A :class:`~wmrl.embodied.policy.base.TrainablePolicy` around a :class:`MiniVLA` network."""
+
+    def __init__(
+        self,
+        model: MiniVLA,
+        tokenizer: Any,
+        dataset_statistics: Mapping[str, Any],
+        config: MiniVLAPolicyConfig | None = None,
+    ) -> None:
+        self.config = config or MiniVLAPolicyConfig()
+        self.tokenizer = add_extra_tokens(tokenizer, model.config.n_bins)
+        vocab_len = len(self.tokenizer)
+        rows = int(model.config.llm["vocab_size"])
+        if rows < vocab_len:
+            raise ValueError(f"the LLM has {rows} embedding rows but the tokenizer has {vocab_len} ids")
+        self.dataset_statistics = dict(dataset_statistics)
+        self.action_tokenizer = ActionTokenizer(vocab_len=vocab_len, n_bins=model.config.n_bins)
+        self.normalizer = ActionNormalizer.from_statistics(self.dataset_statistics, self.config.unnorm_key)
+        if self.normalizer.action_dim != model.config.action_dim:
+            raise ValueError(
+                f"dataset statistics have {self.normalizer.action_dim} action dims, the model writes {model.config.action_dim}"
+            )
+        self.transform = DinoSigLIPTransform(
+            image_size=model.config.image_size,
+            pre_resize=self.config.pre_resize,
+            center_crop=self.config.center_crop,
+        )
+        self.device = torch.device(self.config.device)
+        self.model = model.to(device=self.device, dtype=_DTYPES[self.config.dtype]).eval()
+        self._prompt_cache: dict[str, list[int]] = {}
+        self._generator = torch.Generator(device=self.device)
+        if self.config.seed is not None:
+            self._generator.manual_seed(self.config.seed)
+        else:
+            self._generator.seed()
+        self._lora: _LoraState | None = None
+        self.set_trainable(vision=False, projector=True, llm=True)
+
+    # -- construction -----------------------------------------------------------------------------
+    @classmethod
+    def from_prismatic(
+        cls,
+        run_dir: str | Path,
+        tokenizer_path: str | Path | None = None,
+        config: MiniVLAPolicyConfig | None = None,
+        step: int | None = None,
+        allow_missing_vision: bool = False,
+    ) -> MiniVLAPolicy:
+        """Load a local Prismatic/openvla-mini run directory (see :mod:`prismatic_checkpoint`).
+
+        Args:
+            run_dir: directory with ``config.json``, ``dataset_statistics.json``, ``checkpoints/step-*.pt``.
+            tokenizer_path: local Qwen2.5-0.5B tokenizer directory; default ``run_dir/tokenizer``.
+            step: checkpoint step to load (default: the highest).
+        """
+        run = read_run(run_dir, step)
+        tok_dir = Path(tokenizer_path) if tokenizer_path is not None else Path(run_dir) / "tokenizer"
+        tokenizer = load_tokenizer(tok_dir)
+        model = MiniVLA(run.model_config)
+        state = prismatic_to_ours(load_checkpoint_groups(run.checkpoint))
+        load_mapped_state(model, state, allow_missing_vision=allow_missing_vision)
+        return cls(model, tokenizer, run.dataset_statistics, config)
+
+    @classmethod
+    def tiny(cls, seed: int = 0, config: MiniVLAPolicyConfig | None = None) -> MiniVLAPolicy:
+        """The random tiny model (:mod:`wmrl.embodied.policy.tiny`) with placeholder statistics."""
+        from wmrl.embodied.policy.tiny import TINY_MINIVLA, tiny_dataset_statistics, tiny_tokenizer
+
+        torch.manual_seed(seed)
+        return cls(MiniVLA(TINY_MINIVLA), tiny_tokenizer(), tiny_dataset_statistics(), config)
+
+    def save_prismatic(self, run_dir: str | Path, step: int = 0) -> Path:
+        """Export a Prismatic-format run directory; LoRA adapters, if any, are merged into the exported copy."""
+        return write_run(
+            run_dir,
+            self.merged_state_dict(),
+            self.model.config,
+            self.dataset_statistics,
+            self.tokenizer,
+            step=step,
+        )
+
+    def merged_state_dict(self) -> dict[str, torch.Tensor]:
+        """Plain-key tensors with each LoRA delta ``scale · B A`` added to a *copy* of its base weight.
+
+        The live weights are not touched (an in-place merge followed by an unmerge leaves round-off).
+        """
+        state = {k: v.detach().clone() for k, v in self.base_state_dict().items()}
+        if self._lora is None or self._lora.merged:
+            return state
+        from peft.tuners.lora import LoraLayer
+
+        for name, module in self.model.named_modules():
+            if isinstance(module, LoraLayer):
+                key = _plain_key(f"{name}.base_layer.weight")
+                delta = module.get_delta_weight("default").detach()
+                state[key] = state[key] + delta.to(state[key].dtype)
+        return state
+
+    def base_state_dict(self, keep_vars: bool = False) -> dict[str, torch.Tensor]:
+        """The network's tensors under plain MiniVLA keys, LoRA adapters excluded.
+
+        peft renames a wrapped LLM's keys (``llm.base_model.model.…``) and moves each adapted linear's
+        weight to ``….base_layer.weight``; this undoes both so checkpoints keep one key space.
+        """
+        out = {}
+        for key, value in self.model.state_dict(keep_vars=keep_vars).items():
+            if "lora_" in key:
+                continue
+            out[_plain_key(key)] = value
+        return out
+
+    # -- prompts and observations --------------------------------------------------------------------
+    def prompt(self, instruction: str) -> str:
+        """Prismatic's Qwen prompt for ``instruction`` (lower-cased, as ``predict_action`` does)."""
+        message = f"What action should the robot take to {instruction.lower()}?".replace(
+            "<image>", ""
+        ).strip()
+        return (
+            f"<|im_start|>system\n{self.config.system_prompt.strip()}<|im_end|>\n"
+            f"<|im_start|>user\n{message}<|im_end|>\n<|im_start|>assistant\n"
+        )
+
+    def prompt_ids(self, instruction: str) -> list[int]:
+        ids = self._prompt_cache.get(instruction)
+        if ids is None:
+            ids = list(self.tokenizer(self.prompt(instruction), add_special_tokens=True).input_ids)
+            self._prompt_cache[instruction] = ids
+        return ids
+
+    def pixel_values(self, observations: Sequence[Mapping[str, np.ndarray]]) -> dict[str, torch.Tensor]:
+        """Preprocess B observations: ``{"dino", "siglip"}`` each ``(B, 3, S, S)`` on the model's device."""
+        frames = []
+        for obs in observations:
+            if self.config.image_key not in obs:
+                raise KeyError(
+                    f"observation has no {self.config.image_key!r} image; keys: {sorted(obs)} "
+                    "(set MiniVLAPolicyConfig.image_key)"
+                )
+            frames.append(obs[self.config.image_key])
+        batch = self.transform.batch(frames)
+        dtype = _DTYPES[self.config.dtype]
+        return {k: v.to(self.device, dtype) for k, v in batch.items()}
+
+    # -- acting ------------------------------------------------------------------------------------
+    def reset(self, seed: int | None = None) -> None:
+        """Start an episode. MiniVLA keeps no per-episode state; ``seed`` re-seeds action sampling.
+
+        The rollout runner passes each episode's seed here, so sampled episodes are reproducible
+        whatever worker or order runs them.
+        """
+        if seed is not None:
+            self._generator.manual_seed(int(seed))
+
+    def act(self, observation: Mapping[str, np.ndarray], instruction: str) -> ActionStep:
+        return self.act_batch([observation], [instruction])[0]
+
+    def act_batch(
+        self, observations: Sequence[Mapping[str, np.ndarray]], instructions: Sequence[str]
+    ) -> list[ActionStep]:
+        """One action per (observation, instruction) pair, decoded in one batched pass."""
+        if len(observations) != len(instructions):
+            raise ValueError(f"{len(observations)} observations for {len(instructions)} instructions")
+        tokens, logps = self.generate(
+            self.pixel_values(observations), [self.prompt_ids(i) for i in instructions]
+        )
+        steps = []
+        for row in range(tokens.shape[0]):
+            ids = tokens[row].cpu().numpy()
+            action, info = self.tokens_to_action(ids)
+            info["token_log_probs"] = logps[row].cpu().numpy()
+            steps.append(
+                ActionStep(action=action, token_ids=ids, log_prob=float(logps[row].sum()), info=info)
+            )
+        return steps
+
+    @torch.no_grad()
+    def generate(
+        self, pixel_values: Mapping[str, torch.Tensor], prompt_ids: Sequence[Sequence[int]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Decode ``action_dim`` tokens per row with a KV cache.
+
+        Returns:
+            ``(token_ids, log_probs)``, both ``(B, action_dim)``; ids in the full vocabulary (int64),
+            log-probs float32 under the reported temperature (see the module docstring).
+        """
+        model = self.model
+        patches = model.embed_images(pixel_values)
+        inputs = model.assemble(patches, prompt_ids)
+        cache = model.new_cache()
+        hidden = model.hidden_states(inputs, cache)[:, -1]
+        mask, positions = inputs.mask, inputs.positions[:, -1:]
+        ones = torch.ones(mask.shape[0], 1, dtype=mask.dtype, device=mask.device)
+        tokens, logps = [], []
+        for k in range(model.config.action_dim):
+            token, logp = self._choose(self._head(hidden))
+            tokens.append(token)
+            logps.append(logp)
+            if k == model.config.action_dim - 1:
+                break
+            mask = torch.cat([mask, ones], dim=1)
+            positions = positions + 1
+            step = type(inputs)(model.embed_tokens(token[:, None]), mask, positions)
+            hidden = model.hidden_states(step, cache)[:, -1]
+        return torch.stack(tokens, dim=1), torch.stack(logps, dim=1)
+
+    def _support(self) -> tuple[slice | None, int]:
+        if self.config.constrain_to_actions:
+            first = self.action_tokenizer.first_token
+            return slice(first, first + self.action_tokenizer.n_bins), first
+        return None, 0
+
+    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
+        support, _ = self._support()
+        return self.model.logits(hidden, support).float()
+
+    def _choose(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        _, offset = self._support()
+        logp_all = torch.log_softmax(logits / self.config.logprob_temperature, dim=-1)
+        if self.config.temperature == 0:
+            local = logits.argmax(dim=-1)
+        else:
+            probs = logp_all.exp()
+            local = torch.multinomial(probs, 1, generator=self._generator).squeeze(-1)
+        logp = logp_all.gather(-1, local[:, None]).squeeze(-1)
+        return local + offset, logp
+
+    def tokens_to_action(self, token_ids: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+        """7 token ids -> the environment's ``float32 (7,)`` action, plus the intermediate values."""
+        normalized = self.action_tokenizer.decode(token_ids)
+        raw = self.normalizer.unnormalize(normalized)
+        action = gripper_to_libero(raw) if self.config.gripper == "libero" else raw
+        return action.astype(np.float32), {"normalized_action": normalized, "raw_action": raw}
+
+    # -- RL -----------------------------------------------------------------------------------------
+    def action_log_probs(
+        self,
+        observations: Sequence[Mapping[str, np.ndarray]],
+        instructions: Sequence[str],
+        token_ids: np.ndarray | torch.Tensor,
+    ) -> torch.Tensor:
+        """Teacher-forced per-token log-probs ``(B, action_dim)``, differentiable (see the module docstring)."""
+        ids = torch.as_tensor(np.asarray(token_ids) if not torch.is_tensor(token_ids) else token_ids)
+        ids = ids.to(self.device, torch.long)
+        a = self.model.config.action_dim
+        if ids.ndim != 2 or ids.shape[1] != a or ids.shape[0] != len(observations):
+            raise ValueError(f"token_ids must have shape ({len(observations)}, {a}), got {tuple(ids.shape)}")
+        if len(instructions) != len(observations):
+            raise ValueError(f"{len(observations)} observations for {len(instructions)} instructions")
+        support, offset = self._support()
+        if support is not None and ((ids < support.start) | (ids >= support.stop)).any():
+            raise ValueError(
+                f"token ids outside the action range [{support.start}, {support.stop - 1}] cannot be scored "
+                "by a policy with constrain_to_actions=True"
+            )
+        model = self.model
+        patches = model.embed_images(self.pixel_values(observations))
+        inputs = model.assemble(patches, [self.prompt_ids(i) for i in instructions], suffix_ids=ids[:, :-1])
+        hidden = model.hidden_states(inputs)[:, -a:]
+        logits = model.logits(hidden, support).float()
+        logp = torch.log_softmax(logits / self.config.logprob_temperature, dim=-1)
+        return logp.gather(-1, (ids - offset)[..., None]).squeeze(-1)
+
+    def set_trainable(self, vision: bool = False, projector: bool = True, llm: bool = True) -> None:
+        """Choose what full fine-tuning updates (ignored for the LLM once LoRA is applied)."""
+        self.model.vision.requires_grad_(vision)
+        self.model.projector.requires_grad_(projector)
+        if self._lora is None:
+            self.model.llm.requires_grad_(llm)
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def train(self, mode: bool = True) -> MiniVLAPolicy:
+        self.model.train(mode)
+        return self
+
+    def eval(self) -> MiniVLAPolicy:
+        return self.train(False)
+
+    # -- LoRA ------------------------------------------------------------------------------------------
+    def apply_lora(
+        self, r: int = 16, alpha: int = 32, targets: Sequence[str] = LORA_TARGETS, dropout: float = 0.0
+    ) -> None:
+        """Wrap the LLM with peft LoRA adapters on ``targets``; freeze everything else.
+
+        The official WMRL recipe uses r=16, alpha=32 on q/k/v/o/gate/up/down.
+        """
+        from peft import LoraConfig, get_peft_model
+
+        if self._lora is not None:
+            raise RuntimeError("LoRA is already applied to this policy")
+        require(r > 0 and alpha > 0, f"LoRA r and alpha must be > 0, got r={r}, alpha={alpha}")
+        config = LoraConfig(
+            r=r, lora_alpha=alpha, target_modules=list(targets), lora_dropout=dropout, bias="none"
+        )
+        self.model.requires_grad_(False)
+        self.model.llm = get_peft_model(self.model.llm, config)
+        self.model.llm.to(self.device)
+        self._lora = _LoraState(r=r, alpha=alpha, targets=tuple(targets), dropout=dropout)
+
+    @property
+    def lora(self) -> dict[str, Any] | None:
+        return None if self._lora is None else asdict(self._lora)
+
+    def merge_lora(self) -> None:
+        """Add the adapters into the base weights in place (faster inference); :meth:`unmerge_lora` undoes it.
+
+        Unmerging subtracts the same delta, which leaves float round-off (~1e-7) in the base weights.
+        """
+        self._require_lora().merged = True
+        self.model.llm.merge_adapter()
+
+    def unmerge_lora(self) -> None:
+        self._require_lora().merged = False
+        self.model.llm.unmerge_adapter()
+
+    def _require_lora(self) -> _LoraState:
+        if self._lora is None:
+            raise RuntimeError("no LoRA adapters: call apply_lora first")
+        return self._lora
+
+    # -- save / load ----------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        """Write a policy folder ``wmrl eval libero --policy FOLDER`` can load.
+
+        Files: ``policy.json`` (the loader's ``{"type", "factory", "kwargs"}`` record), ``minivla.json``
+        (architecture, acting settings, LoRA settings), ``model.safetensors`` (base weights, plain keys),
+        ``adapter/`` (peft LoRA adapter, if any), ``tokenizer/`` and ``dataset_statistics.json``.
+        """
+        from safetensors.torch import save_file
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        if self._lora is not None and self._lora.merged:
+            raise RuntimeError(
+                "unmerge the LoRA adapters before saving (merged weights would be saved twice)"
+            )
+        tied = bool(self.model.config.llm.get("tie_word_embeddings", False))
+        state = {
+            k: v.detach().cpu().contiguous()
+            for k, v in self.base_state_dict().items()
+            if not (tied and k == "llm.lm_head.weight")
+        }
+        save_file(state, str(path / "model.safetensors"))
+        if self._lora is not None:
+            self.model.llm.save_pretrained(str(path / "adapter"))
+        self.tokenizer.save_pretrained(str(path / "tokenizer"))
+        (path / "dataset_statistics.json").write_text(json.dumps(self.dataset_statistics, indent=2))
+        meta = {
+            "format": META_FORMAT,
+            "model": self.model.config.to_json(),
+            "policy": asdict(self.config),
+            "lora": None
+            if self._lora is None
+            else {k: v for k, v in asdict(self._lora).items() if k != "merged"},
+        }
+        (path / META_FILE).write_text(json.dumps(meta, indent=2))
+        loader = {"type": "minivla", "factory": f"{__name__}:load_saved_policy", "kwargs": {}}
+        (path / "policy.json").write_text(json.dumps(loader, indent=2))
+
+    @classmethod
+    def from_saved(cls, path: str | Path, config: MiniVLAPolicyConfig | None = None) -> MiniVLAPolicy:
+        """Rebuild a policy written by :meth:`save` (``config`` overrides the saved acting settings)."""
+        path = Path(path)
+        meta = _read_meta(path)
+        model = MiniVLA(MiniVLAConfig.from_json(meta["model"]))
+        policy_config = config or MiniVLAPolicyConfig(**meta["policy"])
+        tokenizer = load_tokenizer(path / "tokenizer")
+        stats = json.loads((path / "dataset_statistics.json").read_text())
+        policy = cls(model, tokenizer, stats, policy_config)
+        policy.load(path)
+        return policy
+
+    def load(self, path: str | Path) -> None:
+        """Load weights (and LoRA adapters) written by :meth:`save` into this policy, in place."""
+        from safetensors.torch import load_file
+
+        path = Path(path)
+        meta = _read_meta(path)
+        if MiniVLAConfig.from_json(meta["model"]) != self.model.config:
+            raise ValueError(f"{path} holds a different architecture than this policy")
+        state = load_file(str(path / "model.safetensors"), device=str(self.device))
+        tied = bool(self.model.config.llm.get("tie_word_embeddings", False))
+        load_into(self.base_state_dict(keep_vars=True), state, tied=tied)
+        saved_lora = meta.get("lora")
+        if saved_lora is None:
+            return
+        if self._lora is None:
+            self.apply_lora(
+                r=saved_lora["r"],
+                alpha=saved_lora["alpha"],
+                targets=saved_lora["targets"],
+                dropout=saved_lora["dropout"],
+            )
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file as load_adapter
+
+        adapter = load_adapter(str(path / "adapter" / "adapter_model.safetensors"), device=str(self.device))
+        result = set_peft_model_state_dict(self.model.llm, adapter)
+        unexpected = list(getattr(result, "unexpected_keys", []) or [])
+        if unexpected:
+            raise ValueError(f"adapter keys do not match this policy's LoRA layers: {unexpected[:10]}")
+
+    def with_config(self, **changes: Any) -> MiniVLAPolicy:
+        """A policy sharing this network with some acting settings changed (e.g. ``temperature=0`` for eval)."""
+        other = MiniVLAPolicy.__new__(MiniVLAPolicy)
+        other.__dict__.update(self.__dict__)
+        other.config = replace(self.config, **changes)
+        other._prompt_cache = {}
+        return other
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    meta_path = path / META_FILE
+    if not meta_path.is_file():
+        raise FileNotFoundError(f"{path} has no {META_FILE} (not a policy saved by MiniVLAPolicy.save)")
+    meta = json.loads(meta_path.read_text())
+    if meta.get("format") != META_FORMAT:
+        raise ValueError(f"{meta_path}: unknown format {meta.get('format')!r}")
+    return meta
+
+
+def load_saved_policy(folder: str | Path, **overrides: Any) -> MiniVLAPolicy:
+    """Factory for the policy loader: rebuild a saved MiniVLA, ``overrides`` replacing acting settings.
+
+    ``overrides`` are :class:`MiniVLAPolicyConfig` fields (``temperature``, ``seed``, ``device``...).
+    """
+    meta = _read_meta(Path(folder))
+    unknown = set(overrides) - set(MiniVLAPolicyConfig.__dataclass_fields__)
+    if unknown:
+        raise ValueError(f"unknown MiniVLA policy settings: {sorted(unknown)}")
+    config = MiniVLAPolicyConfig(**{**meta["policy"], **overrides})
+    return MiniVLAPolicy.from_saved(folder, config=config)
+
+
+def _plain_key(key: str) -> str:
+    return key.replace("llm.base_model.model.", "llm.", 1).replace(".base_layer.", ".")
