@@ -157,9 +157,30 @@ class Task:
             "private_leaderboard",
             _as_scores(f"task {self.id!r}: private_leaderboard", self.private_leaderboard),
         )
-        if not self.public_leaderboard and not self.private_leaderboard:
+        for name in ("baseline_score", "oracle_score"):
+            value = getattr(self, name)
+            if value is not None:
+                try:
+                    number = float(value)
+                except (TypeError, ValueError):
+                    number = math.nan
+                if not math.isfinite(number):
+                    raise TaskError(
+                        f"task {self.id!r}: {name} must be a finite number or None; got {value!r}"
+                    )
+                set_(self, name, number)
+        if (self.baseline_score is None) != (self.oracle_score is None):
             raise TaskError(
-                f"task {self.id!r}: at least one leaderboard (public or private) must be non-empty"
+                f"task {self.id!r}: baseline_score and oracle_score must be given together (both or neither)"
+            )
+        if self.baseline_score is not None and self.baseline_score == self.oracle_score:
+            raise TaskError(
+                f"task {self.id!r}: baseline_score equals oracle_score; the relative gap would divide by 0"
+            )
+        if not self.public_leaderboard and not self.private_leaderboard and self.baseline_score is None:
+            raise TaskError(
+                f"task {self.id!r}: a task needs a reference to rank against: a non-empty public or private "
+                "leaderboard, or baseline_score and oracle_score"
             )
         if self.category not in CATEGORIES:
             raise TaskError(f"task {self.id!r}: category must be one of {CATEGORIES}; got {self.category!r}")
