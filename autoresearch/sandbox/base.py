@@ -255,22 +255,8 @@ class LocalSandbox(Sandbox):
                 dest.unlink()
             with contextlib.suppress(OSError):
                 dest.parent.rmdir()
+        resources = measured_resources(outcome)
         stats = outcome.cgroup_stats
-        ru = outcome.host_rusage
-        cpu = (
-            stats.cpu_s
-            if stats is not None and stats.cpu_s is not None
-            else (ru.ru_utime + ru.ru_stime if ru is not None else 0.0)
-        )
-        resources = Resources(
-            wall_s=round(outcome.wall_s, 4),
-            cpu_s=round(cpu, 4),
-            peak_rss_mb=round(ru.ru_maxrss / 1024, 2) if ru is not None else 0.0,
-            peak_memory_mb=round(stats.peak_memory_bytes / 2**20, 2)
-            if stats is not None and stats.peak_memory_bytes
-            else None,
-            max_tasks=(stats.pids_peak if stats is not None else None) or outcome.watchdog_max_tasks,
-        )
         if c.status == "ok" and stats is not None and stats.oom_kills:
             warnings.append(
                 f"the cgroup OOM killer killed {stats.oom_kills} process(es) of this execution although it exited 0"
@@ -289,6 +275,37 @@ class LocalSandbox(Sandbox):
             resources=resources,
             warnings=warnings,
         )
+
+
+def measured_resources(outcome: RawOutcome) -> Resources:
+    """Pick the best measurement of each resource.
+
+    CPU: the cgroup's counter (every process, reaped or not), else the solution tree's ``rusage``
+    reported by the launcher, else the host's ``rusage`` of the spawned command. Peak RSS: the
+    launcher's report (the host's own ``ru_maxrss`` starts at the size of the forked host
+    interpreter, and bubblewrap's PID-namespace init does not pass its children's usage up).
+    """
+    stats = outcome.cgroup_stats
+    host = outcome.host_rusage
+    solution = (outcome.exit_info or {}).get("rusage") or None
+    if stats is not None and stats.cpu_s is not None:
+        cpu = stats.cpu_s
+    elif solution is not None:
+        cpu = float(solution.get("utime", 0.0)) + float(solution.get("stime", 0.0))
+    else:
+        cpu = host.ru_utime + host.ru_stime if host is not None else 0.0
+    if solution is not None:
+        peak_rss = float(solution.get("maxrss_kb", 0)) / 1024
+    else:
+        peak_rss = host.ru_maxrss / 1024 if host is not None else 0.0
+    peak_mem = stats.peak_memory_bytes if stats is not None else None
+    return Resources(
+        wall_s=round(outcome.wall_s, 4),
+        cpu_s=round(cpu, 4),
+        peak_rss_mb=round(peak_rss, 2),
+        peak_memory_mb=round(peak_mem / 2**20, 2) if peak_mem else None,
+        max_tasks=(stats.pids_peak if stats is not None else None) or outcome.watchdog_max_tasks,
+    )
 
 
 def kill_process_group(pgid: int) -> None:

@@ -237,12 +237,19 @@ class BwrapSandbox(LocalSandbox):
         for h in self._hidden:
             if _inside(h, [*self._roots, Path("/usr")]) and h.is_dir():
                 a += ["--tmpfs", str(h), "--remount-ro", str(h)]
+        # bubblewrap's /dev is a writable, unbounded tmpfs: give shared memory (multiprocessing,
+        # joblib) its own capped tmpfs and seal the rest of /dev.
         a += ["--proc", "/proc", "--dev", "/dev"]
+        a += ["--size", str(limits.disk_bytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
         a += ["--size", str(limits.disk_bytes), "--tmpfs", INSIDE_WORK]
         a += ["--ro-bind", str(data_dir), INSIDE_DATA]
         a += ["--ro-bind", str(stage / "solution.py"), f"{INSIDE_CODE}/solution.py"]
         a += ["--ro-bind", str(LAUNCHER_PATH), f"{INSIDE_CODE}/launcher.py"]
         a += gpu_args
+        # bubblewrap builds the sandbox's root on a tmpfs of its own; left writable, it would be
+        # scratch space outside the size caps (and memory outside RLIMIT_AS). Seal it: only the
+        # work dir and /tmp (their own size-capped mounts) stay writable.
+        a += ["--remount-ro", "/"]
         a += ["--chdir", INSIDE_WORK]
         return a
 

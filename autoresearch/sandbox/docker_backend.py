@@ -36,11 +36,11 @@ import threading
 import time
 from pathlib import Path
 
-from .base import LAUNCHER_PATH, SUBMISSION_NAME, Sandbox, SandboxError
+from .base import LAUNCHER_PATH, SUBMISSION_NAME, Sandbox, SandboxError, measured_resources
 from .cgroups import CgroupStats
 from .environment import interpreter_roots, sandbox_env
 from .limits import Limits
-from .result import ExecutionResult, Resources
+from .result import ExecutionResult
 from .supervisor import RawOutcome, Tail, _FrameReader, classify, host_deadline_s
 
 __all__ = ["DockerSandbox", "docker_problem"]
@@ -325,12 +325,7 @@ class DockerSandbox(Sandbox):
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 dest.write_bytes(b"")
             submission = dest
-        ru = info.get("rusage") or {}
-        resources = Resources(
-            wall_s=round(out.wall_s, 4),
-            cpu_s=round(float(ru.get("utime", 0.0)) + float(ru.get("stime", 0.0)), 4),
-            peak_rss_mb=round(float(ru.get("maxrss_kb", 0)) / 1024, 2),
-        )
+        resources = measured_resources(out)
         return ExecutionResult(
             status=c.status,
             exit_code=c.exit_code,

@@ -40,10 +40,11 @@ class Resources:
 
     Attributes:
         wall_s: wall-clock seconds from spawn to the end of the last process (host clock).
-        cpu_s: CPU seconds (user + system) of every process of the execution: the cgroup's
-            ``cpuacct`` counter where one is used, else the ``rusage`` of the reaped process tree
-            (processes killed at a timeout may be missing from it).
-        peak_rss_mb: the largest resident set of any single process of the tree, MiB (``ru_maxrss``).
+        cpu_s: CPU seconds (user + system) of the execution: the cgroup's counter where one is
+            used (every process, including ones killed at a timeout), else the ``rusage`` of the
+            solution's reaped process tree as the launcher measured it.
+        peak_rss_mb: the largest resident set of any single process of the solution's tree, MiB
+            (``ru_maxrss``).
         peak_memory_mb: peak memory of the whole execution charged to its cgroup (processes,
             tmpfs scratch files, page cache), MiB; ``None`` without a cgroup.
         max_tasks: the most tasks (processes + threads) seen at once, where measured (cgroup

@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import textwrap
 import threading
 import time
@@ -230,6 +231,25 @@ def test_scientific_stack_and_thread_caps(sb, data):
     assert list(sub.columns) == ["id", "y"] and len(sub) == 20
 
 
+@pytest.mark.parametrize("cgroups", ["auto", False])
+def test_resources_are_measured(sandboxes, data, cgroups):
+    for name in ("bwrap", "subprocess"):
+        if name == "bwrap" and shutil.which("bwrap") is None:
+            continue
+        sb = sandboxes(name, cgroups=cgroups)
+        code = "import time\nx = b'x' * (150 << 20)\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass"
+        res = run(sb, code, data)
+        assert res.status == "ok", res
+        r = res.resources
+        assert 150 <= r.peak_rss_mb < 250, (name, r)
+        assert 0.5 <= r.cpu_s < 3.0, (name, r)
+        assert r.wall_s >= 0.5
+        if sb.cgroup_support is not None:
+            assert 150 <= r.peak_memory_mb < 300 and r.max_tasks >= 2
+        else:
+            assert r.peak_memory_mb is None
+
+
 def test_work_dir_is_fresh_each_time(sb, data):
     first = run(
         sb,
@@ -262,13 +282,14 @@ def test_gpu_request(sb, data):
 
 def test_pool_runs_slots_concurrently(sandboxes, data):
     sb = sandboxes("subprocess")
-    code = "import time\ntime.sleep(1.0)\nprint('done')"
+    code = "import time\ntime.sleep(1.5)\nprint('done')"
     with SandboxPool(sb, slots=2) as pool:
         t0 = time.monotonic()
         results = pool.map([{"code": code + f"# {i}", "data_dir": data, "limits": FAST} for i in range(2)])
         elapsed = time.monotonic() - t0
     assert [r.status for r in results] == ["ok", "ok"]
-    assert elapsed < 1.9, f"two 1-s executions on 2 slots took {elapsed:.2f} s"
+    # In series they would take at least 3 s.
+    assert elapsed < 2.7, f"two 1.5-s executions on 2 slots took {elapsed:.2f} s"
 
 
 @pytest.mark.parametrize("store", ["memory", "disk"])
