@@ -1,0 +1,439 @@
+"""Run a policy for many LIBERO episodes, with one simulator per worker process.
+
+The policy runs here, in the calling process (it may be a torch model on an accelerator); each
+worker process owns one :class:`~wmrl.embodied.env.LiberoEnv`. The runner advances in rounds:
+
+1. collect the reply of every worker that has a command in flight (in worker order);
+   finished episodes become :class:`EpisodeRecord` and their worker starts the next pending
+   episode (preferring one of the same task, since switching task rebuilds the simulator);
+2. ask the policy for an action for every worker waiting for one (in worker order) and send each
+   action as soon as it is known, so simulators step while the policy thinks about the next one.
+
+Rounds and worker order make the sequence of policy calls a function of (specs, number of
+workers) alone, not of timing, so a run is reproducible. Each episode's seed is passed to
+``policy.reset(seed=...)`` when the policy's ``reset`` takes a ``seed``; a policy that keeps
+per-episode memory across ``act`` calls must be given one instance per worker (a list).
+
+Optional batching: a policy with ``act_batch(observations, instructions) -> list[ActionStep]`` is
+called once per round for all waiting workers instead of ``act`` per worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import multiprocessing as mp
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from wmrl.embodied.env.config import LiberoEnvConfig, parse_cameras
+from wmrl.embodied.policy.base import ActionStep
+from wmrl.embodied.rollout.records import EpisodeRecord, EpisodeSpec
+from wmrl.embodied.rollout.worker import LocalWorker, worker_main
+
+__all__ = ["RolloutConfig", "RolloutRunner", "WorkerError", "run_episodes"]
+
+
+class WorkerError(RuntimeError):
+    """A simulator worker failed (its traceback is in the message) or died."""
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """How episodes are spread and what is kept.
+
+    Attributes:
+        workers: simulator processes; ``0`` runs one simulator in this process (no IPC, handy
+            for debugging and single-core machines).
+        frame_cameras: cameras whose frames are kept for episodes with ``record_frames``;
+            ``None`` = all cameras of the environment.
+        frame_stride: keep every ``frame_stride``-th frame (the first and last are always kept).
+        keep_observations: keep every observation the policy acted on (RL re-scoring needs them).
+        start_method: multiprocessing start method; ``"spawn"`` is safe with torch and OpenGL.
+        startup_timeout_s: seconds a worker may take to import the simulator stack.
+    """
+
+    workers: int = 1
+    frame_cameras: tuple[str, ...] | None = None
+    frame_stride: int = 1
+    keep_observations: bool = False
+    start_method: str = "spawn"
+    startup_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if (
+            not isinstance(self.workers, int)
+            or isinstance(self.workers, bool)
+            or not 0 <= self.workers <= 512
+        ):
+            raise ValueError(f"workers must be an integer in [0, 512]; got {self.workers!r}")
+        if self.frame_cameras is not None:
+            object.__setattr__(self, "frame_cameras", parse_cameras(self.frame_cameras))
+        if (
+            not isinstance(self.frame_stride, int)
+            or isinstance(self.frame_stride, bool)
+            or self.frame_stride < 1
+        ):
+            raise ValueError(f"frame_stride must be an integer >= 1; got {self.frame_stride!r}")
+        if self.start_method not in mp.get_all_start_methods():
+            raise ValueError(
+                f"start_method must be one of {mp.get_all_start_methods()}; got {self.start_method!r}"
+            )
+        if not self.startup_timeout_s > 0:
+            raise ValueError(f"startup_timeout_s must be > 0; got {self.startup_timeout_s!r}")
+
+
+class _ProcessWorker:
+    """A simulator in a child process, spoken to through a pipe."""
+
+    def __init__(self, ctx, env_config: dict, index: int) -> None:
+        self.index = index
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(
+            target=worker_main, args=(child, env_config), daemon=True, name=f"wmrl-libero-{index}"
+        )
+        self.proc.start()
+        child.close()
+
+    def wait_ready(self, timeout: float) -> None:
+        if not self.conn.poll(timeout):
+            raise WorkerError(f"simulator worker {self.index} did not start within {timeout:.0f} s")
+        status, payload = self.recv()
+        if status != "ok":
+            raise WorkerError(f"simulator worker {self.index} failed to start:\n{payload}")
+
+    def send(self, command: tuple) -> None:
+        try:
+            self.conn.send(command)
+        except (BrokenPipeError, OSError) as exc:
+            raise WorkerError(self._died()) from exc
+
+    def recv(self) -> tuple:
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError) as exc:
+            raise WorkerError(self._died()) from exc
+
+    def _died(self) -> str:
+        self.proc.join(timeout=1)
+        return f"simulator worker {self.index} died (exit code {self.proc.exitcode})"
+
+    def close(self) -> None:
+        if self.proc.is_alive():
+            with contextlib.suppress(BrokenPipeError, OSError):
+                self.conn.send(("close",))
+            self.proc.join(timeout=10)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(timeout=5)
+        self.conn.close()
+
+
+class _Episode:
+    """Book-keeping of one running episode."""
+
+    def __init__(
+        self, index: int, spec: EpisodeSpec, cameras: tuple[str, ...], stride: int, keep_obs: bool
+    ) -> None:
+        self.index = index
+        self.spec = spec
+        self.cameras = cameras if spec.record_frames else ()
+        self.stride = stride
+        self.keep_obs = keep_obs
+        self.t0 = time.perf_counter()
+        self.obs: dict[str, np.ndarray] | None = None
+        self.instruction = ""
+        self.success = False
+        self.terminated = False
+        self.truncated = False
+        self.actions: list[np.ndarray] = []
+        self.rewards: list[float] = []
+        self.token_ids: list[np.ndarray | None] = []
+        self.log_probs: list[float | None] = []
+        self.step_info: list[dict[str, Any]] = []
+        self.frames: dict[str, list[np.ndarray]] = {c: [] for c in self.cameras}
+        self.frame_steps: list[int] = []
+        self.observations: list[dict[str, np.ndarray]] | None = [] if keep_obs else None
+        self.policy_s = 0.0
+
+    @property
+    def started(self) -> bool:
+        return self.obs is not None
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+    def _keep_frame(self, obs: dict[str, np.ndarray], step: int) -> None:
+        if not self.cameras:
+            return
+        for cam in self.cameras:
+            self.frames[cam].append(obs[f"{cam}_image"])
+        self.frame_steps.append(step)
+
+    def start(self, obs: dict[str, np.ndarray], info: dict[str, Any]) -> None:
+        self.obs = obs
+        self.instruction = info["instruction"]
+        self.success = bool(info["success"])
+        self._keep_frame(obs, 0)
+
+    def record_action(self, step: ActionStep, action: np.ndarray, seconds: float) -> None:
+        if self.observations is not None:
+            self.observations.append(self.obs)
+        self.actions.append(action)
+        self.token_ids.append(None if step.token_ids is None else np.asarray(step.token_ids))
+        self.log_probs.append(None if step.log_prob is None else float(step.log_prob))
+        self.step_info.append(dict(step.info))
+        self.policy_s += seconds
+
+    def after_step(self, obs, reward: float, terminated: bool, truncated: bool, info: dict[str, Any]) -> None:
+        self.obs = obs
+        self.rewards.append(float(reward))
+        self.success = bool(info["success"])
+        self.terminated, self.truncated = bool(terminated), bool(truncated)
+        t = len(self.actions)
+        if t % self.stride == 0 or self.done:
+            self._keep_frame(obs, t)
+
+    def finish(self) -> EpisodeRecord:
+        t = len(self.actions)
+        return EpisodeRecord(
+            spec=self.spec,
+            instruction=self.instruction,
+            success=self.success,
+            steps=t,
+            terminated=self.terminated,
+            truncated=self.truncated,
+            actions=np.asarray(self.actions, dtype=np.float32).reshape(t, 7),
+            rewards=np.asarray(self.rewards, dtype=np.float32),
+            token_ids=_stack_optional(self.token_ids, "token_ids", np.int64),
+            log_probs=_stack_optional(self.log_probs, "log_prob", np.float64),
+            step_info=self.step_info,
+            frames={c: np.stack(f) for c, f in self.frames.items() if f},
+            frame_steps=np.asarray(self.frame_steps, dtype=np.int64),
+            observations=self.observations,
+            wall_s=time.perf_counter() - self.t0,
+            policy_s=self.policy_s,
+        )
+
+
+def _stack_optional(values: list, name: str, dtype) -> np.ndarray | None:
+    present = [v is not None for v in values]
+    if not any(present):
+        return None
+    if not all(present):
+        raise ValueError(f"the policy returned {name} on some steps of an episode but not on others")
+    return np.asarray(values, dtype=dtype)
+
+
+def _check_step(step: Any) -> np.ndarray:
+    if not isinstance(step, ActionStep):
+        raise TypeError(f"a policy must return an ActionStep; got {type(step).__name__}")
+    action = np.asarray(step.action, dtype=np.float32)
+    if action.shape != (7,):
+        raise ValueError(f"ActionStep.action must have shape (7,); got {action.shape}")
+    if not np.all(np.isfinite(action)):
+        raise ValueError(f"ActionStep.action must be finite; got {action}")
+    return action
+
+
+def _reset_policy(policy: Any, seed: int) -> None:
+    try:
+        params = inspect.signature(policy.reset).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if "seed" in params:
+        policy.reset(seed=seed)
+    else:
+        policy.reset()
+
+
+class RolloutRunner:
+    """Worker processes that each hold one LIBERO simulator, kept alive across :meth:`run` calls.
+
+    Args:
+        env_config: the environment every worker builds; ``task_id`` is only the initial task,
+            each episode's spec chooses its own.
+        config: workers and recording options.
+
+    Use as a context manager (or call :meth:`close`) so worker processes end.
+    """
+
+    def __init__(self, env_config: LiberoEnvConfig, config: RolloutConfig | None = None) -> None:
+        self.env_config = env_config
+        self.config = config or RolloutConfig()
+        cams = self.config.frame_cameras
+        if cams is None:
+            cams = env_config.cameras
+        missing = [c for c in cams if c not in env_config.cameras]
+        if missing:
+            raise ValueError(
+                f"frame_cameras {missing} are not rendered by the environment (cameras={env_config.cameras})"
+            )
+        self.frame_cameras: tuple[str, ...] = tuple(cams)
+        self._workers: list[Any] = []
+        self._slot_task: list[int | None] = []
+
+    @property
+    def num_slots(self) -> int:
+        """How many episodes run at the same time (``workers``, or 1 in-process)."""
+        return max(1, self.config.workers)
+
+    def start(self) -> None:
+        """Start the workers (done by the first :meth:`run` if not called)."""
+        if self._workers:
+            return
+        env_dict = self.env_config.to_dict()
+        if self.config.workers == 0:
+            self._workers = [LocalWorker(env_dict)]
+        else:
+            ctx = mp.get_context(self.config.start_method)
+            workers = [_ProcessWorker(ctx, env_dict, i) for i in range(self.config.workers)]
+            try:
+                for w in workers:
+                    w.wait_ready(self.config.startup_timeout_s)
+            except BaseException:
+                for w in workers:
+                    w.close()
+                raise
+            self._workers = workers
+        self._slot_task = [self.env_config.task_id] * len(self._workers)
+
+    def close(self) -> None:
+        """Stop the workers and free their simulators."""
+        for w in self._workers:
+            with contextlib.suppress(Exception):
+                w.close()
+        self._workers = []
+
+    def __enter__(self) -> RolloutRunner:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _policies(self, policy: Any) -> list[Any]:
+        if isinstance(policy, (list, tuple)):
+            if len(policy) != self.num_slots:
+                raise ValueError(f"give one policy, or one per worker ({self.num_slots}); got {len(policy)}")
+            return list(policy)
+        return [policy] * self.num_slots
+
+    def run(
+        self,
+        policy: Any,
+        specs: Sequence[EpisodeSpec],
+        progress: Callable[[EpisodeRecord], None] | None = None,
+    ) -> list[EpisodeRecord]:
+        """Run every episode in ``specs``; returns their records in the order of ``specs``.
+
+        Args:
+            policy: a :class:`~wmrl.embodied.policy.VLAPolicy`, or a list of one per worker.
+            specs: the episodes.
+            progress: called with each record as its episode finishes.
+
+        Raises:
+            WorkerError: a simulator failed; the message carries the worker's traceback.
+        """
+        specs = list(specs)
+        for s in specs:
+            if not isinstance(s, EpisodeSpec):
+                raise TypeError(f"specs must be EpisodeSpec instances; got {type(s).__name__}")
+        if not specs:
+            return []
+        policies = self._policies(policy)
+        batch_fn = getattr(policies[0], "act_batch", None) if not isinstance(policy, (list, tuple)) else None
+        self.start()
+        try:
+            return self._run(policies, batch_fn, specs, progress)
+        except BaseException:
+            # A worker may be mid-command; its pipe state is unknown, so restart workers next time.
+            self.close()
+            raise
+
+    def _run(self, policies, batch_fn, specs, progress) -> list[EpisodeRecord]:
+        n_slots = len(self._workers)
+        pending = list(range(len(specs)))
+        records: list[EpisodeRecord | None] = [None] * len(specs)
+        active: list[_Episode | None] = [None] * n_slots
+        in_flight = [False] * n_slots
+        cfg = self.config
+
+        def assign(slot: int) -> None:
+            if not pending:
+                return
+            same_task = [j for j in pending if specs[j].task_id == self._slot_task[slot]]
+            j = same_task[0] if same_task else pending[0]
+            pending.remove(j)
+            spec = specs[j]
+            active[slot] = _Episode(j, spec, self.frame_cameras, cfg.frame_stride, cfg.keep_observations)
+            self._workers[slot].send(("reset", spec.task_id, spec.init_state, spec.seed))
+            in_flight[slot] = True
+            self._slot_task[slot] = spec.task_id
+
+        for slot in range(n_slots):
+            assign(slot)
+        while any(ep is not None for ep in active):
+            # Phase 1: replies, in worker order.
+            for slot in range(n_slots):
+                if not in_flight[slot]:
+                    continue
+                status, payload = self._workers[slot].recv()
+                in_flight[slot] = False
+                ep = active[slot]
+                if status != "ok":
+                    raise WorkerError(f"simulator worker {slot} failed on {ep.spec}:\n{payload}")
+                if not ep.started:
+                    obs, info = payload
+                    ep.start(obs, info)
+                    _reset_policy(policies[slot], ep.spec.seed)
+                    continue
+                ep.after_step(*payload)
+                if ep.done:
+                    record = ep.finish()
+                    records[ep.index] = record
+                    active[slot] = None
+                    if progress is not None:
+                        progress(record)
+                    assign(slot)
+            # Phase 2: actions, in worker order; each is sent as soon as it is known.
+            waiting = [s for s in range(n_slots) if active[s] is not None and not in_flight[s]]
+            if not waiting:
+                continue
+            if batch_fn is not None:
+                t0 = time.perf_counter()
+                steps = batch_fn([active[s].obs for s in waiting], [active[s].instruction for s in waiting])
+                share = (time.perf_counter() - t0) / len(waiting)
+                if len(steps) != len(waiting):
+                    raise ValueError(f"act_batch returned {len(steps)} steps for {len(waiting)} observations")
+                for s, step in zip(waiting, steps, strict=True):
+                    self._send_action(s, active[s], step, share)
+                    in_flight[s] = True
+            else:
+                for s in waiting:
+                    t0 = time.perf_counter()
+                    step = policies[s].act(active[s].obs, active[s].instruction)
+                    self._send_action(s, active[s], step, time.perf_counter() - t0)
+                    in_flight[s] = True
+        return [r for r in records if r is not None]
+
+    def _send_action(self, slot: int, ep: _Episode, step: Any, seconds: float) -> None:
+        action = _check_step(step)
+        ep.record_action(step, action, seconds)
+        self._workers[slot].send(("step", action))
+
+
+def run_episodes(
+    env_config: LiberoEnvConfig,
+    policy: Any,
+    specs: Sequence[EpisodeSpec],
+    config: RolloutConfig | None = None,
+    progress: Callable[[EpisodeRecord], None] | None = None,
+) -> list[EpisodeRecord]:
+    """Start workers, run ``specs`` with ``policy``, stop the workers; see :meth:`RolloutRunner.run`."""
+    with RolloutRunner(env_config, config) as runner:
+        return runner.run(policy, specs, progress=progress)
