@@ -48,6 +48,7 @@ class GradeResult:
         warnings: the sandbox's warnings (e.g. "not isolated").
         stdout_tail / stderr_tail: the last characters of the script's output.
         time_limit_s / memory_limit_mb: the limits the run had.
+        cached: the execution result came from a sandbox pool's cache (the code was not re-run).
     """
 
     task_id: str
@@ -70,6 +71,7 @@ class GradeResult:
     stderr_tail: str = ""
     time_limit_s: float | None = None
     memory_limit_mb: int | None = None
+    cached: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (lists instead of tuples)."""
@@ -107,7 +109,9 @@ class ExecutionGrader:
     Args:
         backend: sandbox backend (``"auto"``, ``"bwrap"``, ``"docker"``, ``"subprocess"``), used when
             ``sandbox`` is None.
-        sandbox: an already-built sandbox (anything with ``run(code, data_dir, limits)``).
+        sandbox: an already-built sandbox (anything with ``run(code, data_dir, limits)``), e.g. a
+            ``wmrl.autoresearch.sandbox.SandboxPool`` for concurrent slots and a result cache (it is
+            then given the task id as its cache key).
         ladder: the reward ladder.
         time_limit_s / memory_limit_mb: override every task's limits (None keeps the task's).
     """
@@ -181,7 +185,8 @@ class ExecutionGrader:
             import wmrl.autoresearch.sandbox as sandbox_module
 
             data_dir = staged_public_dir(task.id, task.public_dir)
-            result = self.sandbox.run(code, data_dir, _limits(sandbox_module, task))
+            extra = {"task_id": task.id} if _takes_task_id(self.sandbox) else {}
+            result = self.sandbox.run(code, data_dir, _limits(sandbox_module, task), **extra)
         except Exception as err:  # the harness failed, not the solution: unknown, never 0
             return self._harness_error(task, f"sandbox failed: {type(err).__name__}: {err}")
         run = {
@@ -194,6 +199,7 @@ class ExecutionGrader:
             "warnings": tuple(getattr(result, "warnings", ()) or ()),
             "stdout_tail": (getattr(result, "stdout_tail", "") or "")[-_TAIL:],
             "stderr_tail": (getattr(result, "stderr_tail", "") or "")[-_TAIL:],
+            "cached": bool(getattr(result, "cached", False)),
         }
         status = getattr(result, "status", None)
         reason = getattr(result, "reason", None)
@@ -275,6 +281,16 @@ class ExecutionGrader:
         except (OSError, ValueError) as err:
             return GradeResult(status="harness_error", reward=None, reason=f"grading failed: {err}", **base)
         return _valid(scored, self.ladder, base, {})
+
+
+def _takes_task_id(sandbox) -> bool:
+    """Whether ``sandbox.run`` keys its cache by task id (``SandboxPool.run`` does)."""
+    import inspect
+
+    try:
+        return "task_id" in inspect.signature(sandbox.run).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _resources(value) -> dict[str, float | None]:

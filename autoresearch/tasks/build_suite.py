@@ -545,6 +545,10 @@ SPECS: tuple[SuiteSpec, ...] = (
 # Building one task
 
 
+def _round(value: float) -> float:
+    return float(f"{value:.10g}")
+
+
 def _split(spec: SuiteSpec, frame):
     from sklearn.model_selection import train_test_split
 
@@ -609,9 +613,9 @@ def _sample_submission(spec: SuiteSpec, problem: Problem, train, test):
         )
     if spec.kind == "binary_proba":
         return _submission_frame(spec, problem, ids, np.full(len(ids), 0.5))
-    if spec.kind == "regression":
+    if spec.kind == "regression":  # the training mean: what a first, naive submission predicts
         return _submission_frame(
-            spec, problem, ids, np.full(len(ids), float(np.round(train[spec.target].median(), 3)))
+            spec, problem, ids, np.full(len(ids), float(np.round(train[spec.target].mean(), 3)))
         )
     majority = train[spec.target].mode().iloc[0]
     return _submission_frame(spec, problem, ids, np.full(len(ids), majority, dtype=object))
@@ -713,19 +717,34 @@ access. Available libraries: numpy, pandas, scipy, scikit-learn.
 
 def build_task(spec: SuiteSpec, out: Path, pool_size: int = 60, log=print) -> dict:
     """Build one task folder under ``out`` and return its summary (pool spread, timings)."""
+
+    started = time.perf_counter()
+    staging = Path(tempfile.mkdtemp(prefix=f".{spec.id}-", dir=out))
+    try:
+        summary = _build_into(spec, staging, pool_size, log)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    target_dir = out / spec.id
+    if target_dir.exists():
+        shutil.rmtree(target_dir)
+    staging.chmod(0o755)
+    staging.rename(target_dir)
+    summary["seconds"] = round(time.perf_counter() - started, 1)
+    return summary
+
+
+def _build_into(spec: SuiteSpec, staging: Path, pool_size: int, log) -> dict:
     from threadpoolctl import threadpool_limits
 
     from wmrl.autoresearch.grading.scoring import score_submission
     from wmrl.autoresearch.grading.validation import read_answers
     from wmrl.autoresearch.tasks.model import Task
 
-    started = time.perf_counter()
     frame = spec.load()
     n_source = len(frame)
     train, test, usage = _split(spec, frame)
     problem = _problem(spec, train)
-    target_dir = out / spec.id
-    staging = Path(tempfile.mkdtemp(prefix=f"{spec.id}-", dir=out))
     public_dir, private_dir = staging / "public", staging / "private"
     public_dir.mkdir()
     private_dir.mkdir()
@@ -769,9 +788,10 @@ def build_task(spec: SuiteSpec, out: Path, pool_size: int = 60, log=print) -> di
             path = Path(scratch) / "submission.csv"
             _submission_frame(spec, problem, test["id"].to_numpy(), prediction).to_csv(path, index=False)
             scored = score_submission(path, provisional, answers)
-            rows.append(
-                (baseline.name, scored.board_scores["public"], scored.board_scores["private"], scored.score)
-            )
+            # 10 significant digits: the last bits of a float sum can differ between runs (SIMD
+            # code paths), and a rebuilt leaderboard must be identical.
+            public, private = scored.board_scores["public"], scored.board_scores["private"]
+            rows.append((baseline.name, _round(public), _round(private), _round(scored.score)))
             log(
                 f"  {spec.id}: {baseline.name:<60s} public {rows[-1][1]:.5f} private {rows[-1][2]:.5f} ({time.perf_counter() - t0:.1f}s)"
             )
@@ -820,10 +840,6 @@ def build_task(spec: SuiteSpec, out: Path, pool_size: int = 60, log=print) -> di
         "pool": summary,
     }
     (staging / "task.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    if target_dir.exists():
-        shutil.rmtree(target_dir)
-    staging.rename(target_dir)
-    summary["seconds"] = round(time.perf_counter() - started, 1)
     return summary
 
 
