@@ -16,7 +16,13 @@ import numpy as np
 
 from wmrl.core.config import require
 
-__all__ = ["AdvantageConfig", "GroupAdvantages", "as_reward_matrix", "group_advantages"]
+__all__ = [
+    "AdvantageConfig",
+    "GroupAdvantages",
+    "as_reward_matrix",
+    "centre_within_groups",
+    "group_advantages",
+]
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,24 @@ def as_reward_matrix(rewards: np.ndarray | Sequence[Sequence[float | None]]) -> 
     if np.isinf(matrix).any():
         raise ValueError("rewards contain inf: mark an unknown reward as None/NaN, never inf")
     return matrix
+
+
+def centre_within_groups(
+    values: np.ndarray, group_index: np.ndarray, n_groups: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Subtract each group's mean from its members, for flat (ragged) data.
+
+    Args:
+        values: ``(m,)`` values, all known.
+        group_index: ``(m,)`` integer group of each value, in ``[0, n_groups)``.
+        n_groups: number of groups.
+
+    Returns:
+        ``(centred (m,), counts (n_groups,))``.
+    """
+    counts = np.bincount(group_index, minlength=n_groups)
+    sums = np.bincount(group_index, weights=values, minlength=n_groups)
+    return values - (sums / np.maximum(counts, 1))[group_index], counts
 
 
 def group_advantages(

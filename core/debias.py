@@ -32,6 +32,7 @@ import numpy as np
 import sklearn
 from sklearn.isotonic import isotonic_regression
 
+from wmrl.core.advantages import centre_within_groups
 from wmrl.core.config import require
 
 __all__ = ["DebiasConfig", "IsotonicMap", "OnlineDebiaser", "within_group_bias_reduction"]
@@ -120,14 +121,14 @@ def within_group_bias_reduction(
     survives GRPO's per-group centring. Returns ``(1 - SS_calibrated / SS_raw, SS_raw, SS_calibrated)``
     summed over groups; the ratio is ``None`` when ``SS_raw`` is zero (nothing to reduce).
     """
-    ss_raw = ss_cal = 0.0
-    for gid in np.unique(group_ids):
-        sel = group_ids == gid
-        if sel.sum() < 2:
-            continue
-        y_c = real[sel] - real[sel].mean()
-        ss_raw += float(np.sum((raw[sel] - raw[sel].mean() - y_c) ** 2))
-        ss_cal += float(np.sum((calibrated[sel] - calibrated[sel].mean() - y_c) ** 2))
+    _, index = np.unique(group_ids, return_inverse=True)
+    n = int(index.max()) + 1 if index.size else 0
+    y_c, counts = centre_within_groups(real, index, n)
+    paired = counts[index] >= 2  # a single pair has no within-group difference
+    raw_res = centre_within_groups(raw, index, n)[0] - y_c
+    cal_res = centre_within_groups(calibrated, index, n)[0] - y_c
+    ss_raw = float(np.sum(raw_res[paired] ** 2))
+    ss_cal = float(np.sum(cal_res[paired] ** 2))
     reduction = 1.0 - ss_cal / ss_raw if ss_raw > 1e-12 else None
     return reduction, ss_raw, ss_cal
 
@@ -198,14 +199,15 @@ class OnlineDebiaser:
                 within_group_ss_raw=ss_raw,
                 within_group_ss_calibrated=ss_cal,
             )
-            # The window is kept sorted by world-model score, so each refit skips the sort.
-            order = np.argsort(wm, kind="mergesort")
-            at = np.searchsorted(self._x, wm[order], side="right")
-            self._x = np.insert(self._x, at, wm[order])
-            self._y = np.insert(self._y, at, real[order])
-            self._step = np.insert(self._step, at, np.full(m, int(step), dtype=np.int64))
-            self._seq = np.insert(self._seq, at, self._next_seq + np.arange(m))
-            self._key = np.insert(self._key, at, key_arr[order])
+            # The window is kept sorted by world-model score, so each refit skips the sort. A stable
+            # sort of (sorted window + new pairs) is a merge: linear time on nearly sorted input.
+            x = np.concatenate([self._x, wm])
+            order = np.argsort(x, kind="stable")
+            self._x = x[order]
+            self._y = np.concatenate([self._y, real])[order]
+            self._step = np.concatenate([self._step, np.full(m, int(step), dtype=np.int64)])[order]
+            self._seq = np.concatenate([self._seq, self._next_seq + np.arange(m)])[order]
+            self._key = np.concatenate([self._key, key_arr])[order]
             self._next_seq += m
             excess = self._x.size - self.config.max_pairs
             if excess > 0:

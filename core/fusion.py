@@ -41,6 +41,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from wmrl.core.advantages import centre_within_groups
 from wmrl.core.config import require
 
 __all__ = ["Fusion", "FusionConfig", "group_disagreement"]
@@ -136,26 +137,38 @@ class Fusion:
         self.noise_ss *= decay
         self.dof *= decay
         self.noise_dof *= decay
-        measured = 0
         alpha = 1.0 - 0.5 ** (1.0 / cfg.paper_half_life_groups)
-        for g, (real, cal) in enumerate(zip(real_groups, calibrated_groups, strict=True)):
-            real = np.asarray(real, dtype=float)
-            cal = np.asarray(cal, dtype=float)
-            if real.size < 2 or cal.shape != real.shape:
-                continue
-            r_c = real - real.mean()
-            e_c = (cal - cal.mean()) - r_c
-            self.signal_ss += float(r_c @ r_c)
-            self.error_ss += float(e_c @ e_c)
-            noise = None if noise_var_groups is None else noise_var_groups[g]
-            if noise is not None:
-                # Centring m values removes 1/m of their independent noise.
-                self.noise_ss += float(np.sum(noise)) * (1.0 - 1.0 / real.size)
-                self.noise_dof += real.size - 1
-            self.dof += real.size - 1
-            measured += 1
-            d = group_disagreement(cal, real)
-            if d is not None:
+        usable = [
+            g
+            for g, (real, cal) in enumerate(zip(real_groups, calibrated_groups, strict=True))
+            if np.size(real) >= 2 and np.shape(cal) == np.shape(real)
+        ]
+        measured = len(usable)
+        if measured:
+            sizes = np.array([np.size(real_groups[g]) for g in usable])
+            index = np.repeat(np.arange(measured), sizes)
+            real = np.concatenate([np.asarray(real_groups[g], dtype=float) for g in usable])
+            cal = np.concatenate([np.asarray(calibrated_groups[g], dtype=float) for g in usable])
+            r_c, _ = centre_within_groups(real, index, measured)
+            e_c = centre_within_groups(cal, index, measured)[0] - r_c
+            ss_signal = np.bincount(index, weights=r_c**2, minlength=measured)
+            ss_error = np.bincount(index, weights=e_c**2, minlength=measured)
+            self.signal_ss += float(ss_signal.sum())
+            self.error_ss += float(ss_error.sum())
+            self.dof += float((sizes - 1).sum())
+            if noise_var_groups is not None:
+                for g, m in zip(usable, sizes, strict=True):
+                    noise = noise_var_groups[g]
+                    if noise is not None:
+                        # Centring m values removes 1/m of their independent noise.
+                        self.noise_ss += float(np.sum(noise)) * (1.0 - 1.0 / m)
+                        self.noise_dof += m - 1
+            # The official per-group disagreement, ss_error / ss_signal (= mean sq. error / var(r)),
+            # in arrival order for its EMA; groups with var(r) ~ 0 are skipped as the official code does.
+            for ss_e, ss_r, m in zip(ss_error, ss_signal, sizes, strict=True):
+                if ss_r / m < 1e-9:
+                    continue
+                d = float(ss_e / ss_r)
                 self.paper_ema = d if self.paper_ema is None else (1 - alpha) * self.paper_ema + alpha * d
                 self.paper_groups += 1
                 if (

@@ -33,6 +33,7 @@ from wmrl.core.config import to_dict
 SENSITIVITY_EXEC_COSTS = (2.0, 5.0, 20.0)
 SWEEP_BIAS = (0.5, 1.0, 2.0)
 SWEEP_NOISE = (0.05, 0.15, 0.3)
+SWEEP_FRACTIONS = (0.05, 0.1, 0.2, 0.3)
 
 
 def ci95(values: np.ndarray) -> float:
@@ -139,6 +140,29 @@ def sweep(cfg: SimConfig, seeds: list[int], progress: bool = True) -> dict[str, 
     if progress:
         print(file=sys.stderr)
     return {"bias_levels": list(SWEEP_BIAS), "noise_levels": list(SWEEP_NOISE), "cells": cells}
+
+
+def fraction_sweep(cfg: SimConfig, seeds: list[int]) -> list[dict[str, Any]]:
+    """The cost/quality frontier: the default ``wmrl`` arm at several anchor fractions."""
+    rows = []
+    real = [run_arm(cfg, "real", s) for s in seeds]
+    real_final = float(np.mean([r.true_reward[-1] for r in real]))
+    real_cost = float(np.mean([r.cost(cfg)[-1] for r in real]))
+    for fraction in SWEEP_FRACTIONS:
+        corrector = replace(cfg.corrector, scheduler=replace(cfg.corrector.scheduler, fraction=fraction))
+        runs = [run_arm(replace(cfg, corrector=corrector), "wmrl", s) for s in seeds]
+        finals = np.array([r.true_reward[-1] for r in runs])
+        cost = float(np.mean([r.cost(cfg)[-1] for r in runs]))
+        rows.append(
+            {
+                "anchor_fraction": fraction,
+                "final_true_reward": float(finals.mean()),
+                "final_true_reward_ci95": ci95(finals),
+                "reward_ratio_vs_real": float(finals.mean()) / real_final,
+                "compute_ratio_vs_real": real_cost / cost,
+            }
+        )
+    return rows
 
 
 def format_table(summary: dict[str, dict[str, Any]], exec_cost: float) -> str:
@@ -288,6 +312,14 @@ def run_from_cli(args: argparse.Namespace) -> int:
                 + "".join(f"{c['reward_ratio_wmrl_vs_real']:>10.3f} | {c['compute_ratio']:.2f}x" for c in row)
             )
         plot_sweep(result["sweep"], out / "sweep.png")
+        result["fraction_sweep"] = fraction_sweep(cfg, seeds)
+        print("\nAnchor fraction (default wmrl arm): final true reward and compute ratio against real:")
+        print(f"{'fraction':>9} {'final reward':>16} {'vs real':>8} {'compute ratio':>14}")
+        for row in result["fraction_sweep"]:
+            print(
+                f"{row['anchor_fraction']:>9.2f} {row['final_true_reward']:>8.3f} ± {row['final_true_reward_ci95']:<5.3f} "
+                f"{row['reward_ratio_vs_real']:>8.3f} {row['compute_ratio_vs_real']:>13.2f}x"
+            )
     result["wall_s"] = time.perf_counter() - started
     (out / "results.json").write_text(json.dumps(result, indent=2))
     print(f"\nwrote {out / 'results.json'} and plots in {out} ({result['wall_s']:.0f} s)")
