@@ -218,7 +218,9 @@ class BwrapSandbox(LocalSandbox):
         a = [
             "--unshare-all", "--unshare-user", "--disable-userns",
             "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox",
-            "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            # The launcher is PID 1: a solution cannot kill it (and turn its own failure into a
+            # harness error, whose grade is "unknown"); when it exits, the kernel kills the rest.
+            "--as-pid-1", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             # Scratch space first, so host paths bound below may sit under /tmp.
             "--size", str(limits.disk_bytes), "--tmpfs", INSIDE_TMP,
             "--ro-bind", "/usr", "/usr",

@@ -24,13 +24,14 @@ import contextlib
 import errno
 import itertools
 import os
+import re
 import signal
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CgroupError", "CgroupStats", "CgroupSupport", "ExecutionCgroup", "detect"]
+__all__ = ["CgroupError", "CgroupStats", "CgroupSupport", "ExecutionCgroup", "detect", "remove_stale"]
 
 _counter = itertools.count()
 _counter_lock = threading.Lock()
@@ -142,6 +143,7 @@ def detect() -> CgroupSupport | None:
     if "memory" in v1 and "pids" in v1:
         support = CgroupSupport(1, v1)
         if _probe(support):
+            remove_stale(support)
             return support
     for root, mountpoint, fstype, _ in mounts:
         if fstype != "cgroup2" or "" not in own:
@@ -157,8 +159,49 @@ def detect() -> CgroupSupport | None:
         if {"memory", "pids"} <= controllers and os.access(where, os.W_OK):
             support = CgroupSupport(2, {"unified": where})
             if _probe(support):
+                remove_stale(support)
                 return support
     return None
+
+
+_NAME_RE = re.compile(r"^wmrl-sandbox-(\d+)-\d+-\d+$")
+
+
+def remove_stale(support: CgroupSupport) -> int:
+    """Remove groups left by WMRL processes that died without cleaning up (killing what is in
+    them). Returns how many were removed."""
+    removed = 0
+    for parent in support.parents.values():
+        try:
+            entries = list(parent.iterdir())
+        except OSError:
+            continue
+        for d in entries:
+            m = _NAME_RE.match(d.name)
+            if m is None or not d.is_dir():
+                continue
+            try:
+                os.kill(int(m.group(1)), 0)
+                continue  # its owner is alive
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue
+            for _ in range(100):
+                try:
+                    pids = [int(x) for x in (d / "cgroup.procs").read_text().split()]
+                except (OSError, ValueError):
+                    pids = []
+                for pid in pids:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
+                try:
+                    d.rmdir()
+                    removed += 1
+                    break
+                except OSError:
+                    time.sleep(0.01)
+    return removed
 
 
 def _write(path: Path, value: str) -> None:

@@ -1,7 +1,7 @@
 """Docker backend (docker-py): one fresh container per execution, used when an engine answers.
 
-The container runs the same :mod:`.launcher` as the local backends, as PID 2 under Docker's init,
-with:
+The container runs the same :mod:`.launcher` as the local backends, as the container's PID 1
+(which the solution cannot signal; it reaps orphans), with:
 
 - ``network_mode="none"`` (no interface but loopback), ``read_only=True`` root filesystem,
   ``cap_drop=["ALL"]``, ``no-new-privileges``;
@@ -188,7 +188,9 @@ class DockerSandbox(Sandbox):
             "read_only": True,
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"],
-            "init": True,
+            # The launcher is the container's PID 1 (no docker-init): the solution cannot signal
+            # it, so it cannot turn its own failure into a harness error; it reaps orphans itself.
+            "init": False,
             "mem_limit": limits.memory_bytes,
             "memswap_limit": limits.memory_bytes,
             "pids_limit": limits.max_processes,

@@ -11,7 +11,10 @@ code. It must not import WMRL. It:
 2. relays the solution's output to its own stdout as frames, so the solution can never forge a
    frame (it never holds the launcher's stdout);
 3. enforces the wall-time limit (kills the solution's process group) — the host keeps a harder
-   deadline of its own in case this process is stopped;
+   deadline of its own in case this process is stopped; under bubblewrap it is PID 1 of the
+   namespace (``--as-pid-1``), which the solution cannot signal (the kernel drops signals to a
+   namespace's init that it has no handler for, SIGKILL included), and it is made non-dumpable so
+   the solution cannot ptrace it either; it reaps orphans;
 4. after the solution ends, kills whatever is left in its process group, then streams a copy of
    the submission file (a regular file only, never through a symlink, at most ``submission_cap``
    bytes) and a final exit frame with the wait status and ``rusage``.
@@ -105,6 +108,16 @@ def _child(cfg: dict, out_w: int, err_w: int) -> None:
             os._exit(EXIT_CODE_EXEC_FAILED)
 
 
+def _make_undumpable() -> None:
+    """Forbid the (same-uid) solution to ptrace the launcher or read its memory via /proc."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    except (OSError, AttributeError, ImportError):
+        pass
+
+
 def _copy_submission(path: str, cap: int) -> dict:
     """Stream the submission file as ``f`` frames; return its summary for the exit frame."""
     try:
@@ -158,6 +171,7 @@ def run(cfg: dict) -> int:
     pid = os.fork()
     if pid == 0:
         _child(cfg, out_w, err_w)
+    _make_undumpable()
     os.close(out_w)
     os.close(err_w)
     # A SIGCHLD wakes the select below at once, so a finished solution is noticed without polling.
@@ -170,11 +184,18 @@ def run(cfg: dict) -> int:
     timed_out = False
     drain_until = None
     while True:
-        if status is None:
+        # Reap every child that ended: the solution, and (as PID 1 of bubblewrap's namespace)
+        # orphans re-parented to us, which would otherwise stay zombies and count as tasks.
+        while True:
             try:
-                got, st, ru = os.wait4(pid, os.WNOHANG)
+                got, st, ru = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
-                got, st, ru = pid, 0, None
+                got = 0
+                if status is None:  # cannot happen unless someone else reaped it
+                    status, rusage = 0, None
+                    drain_until = time.monotonic() + DRAIN_GRACE_S
+            if got == 0:
+                break
             if got == pid:
                 status, rusage = st, ru
                 drain_until = time.monotonic() + DRAIN_GRACE_S

@@ -189,4 +189,4 @@ class SubprocessSandbox(LocalSandbox):
             return warnings
 
         argv = [self.python, "-I", "-S", str(LAUNCHER_PATH), json.dumps(cfg)]
-        return SpawnSpec(argv=argv, env=env, cwd=str(work), kill=kill, after=after)
+        return SpawnSpec(argv=argv, env=env, cwd=str(work), kill=kill, after=after, launcher_killable=True)

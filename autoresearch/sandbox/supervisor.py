@@ -95,6 +95,10 @@ class SpawnSpec:
         kill: kills the whole execution given the spawned pid and the launcher's ``started``
             frame (or ``None`` before it arrived); must be idempotent.
         after: called once the spawned process was reaped (stray-process cleanup); returns warnings.
+        launcher_killable: whether the solution can signal its launcher (the subprocess backend:
+            same user, same PID namespace). A launcher that dies of a signal nobody on our side
+            sent is then blamed on the solution (``killed``), not reported as a harness error,
+            so a solution cannot make its failure "unknown" by killing its parent.
         pass_fds: descriptors the spawned command inherits (bubblewrap's ``--args`` pipe); the
             supervisor closes its own copies once the command was spawned (or failed to be).
     """
@@ -105,6 +109,7 @@ class SpawnSpec:
     kill: Callable[[int, dict | None], None]
     after: Callable[[dict | None], list[str]] | None = None
     pass_fds: tuple[int, ...] = ()
+    launcher_killable: bool = False
 
 
 @dataclass
@@ -126,6 +131,7 @@ class RawOutcome:
     submission_over_cap: bool = False
     cgroup_stats: CgroupStats | None = None
     watchdog_max_tasks: int | None = None
+    launcher_killable: bool = False
     warnings: list[str] = field(default_factory=list)
 
 
@@ -204,7 +210,11 @@ def supervise(
     watchdog: bool,
 ) -> RawOutcome:
     """Run one execution to its end. Never raises for anything the solution does."""
-    out = RawOutcome(stdout=Tail(limits.tail_bytes), stderr=Tail(limits.tail_bytes))
+    out = RawOutcome(
+        stdout=Tail(limits.tail_bytes),
+        stderr=Tail(limits.tail_bytes),
+        launcher_killable=spec.launcher_killable,
+    )
     argv = list(spec.argv)
     if cgroup is not None:
         files = cgroup.procs_files
@@ -388,6 +398,15 @@ def classify(out: RawOutcome, limits: Limits) -> Classification:
         if oom:
             return Classification(
                 "killed", "memory limit: the cgroup's OOM killer ended the execution", None, signal.SIGKILL
+            )
+        if out.launcher_killable and out.wait_status is not None and os.WIFSIGNALED(out.wait_status):
+            sig = os.WTERMSIG(out.wait_status)
+            return Classification(
+                "killed",
+                f"the launcher was killed by {_signame(sig)} before it reported; on this backend the solution "
+                "can signal it, so the solution is held responsible",
+                None,
+                None,
             )
         host_code = os.waitstatus_to_exitcode(out.wait_status) if out.wait_status is not None else None
         diag = out.launcher_stderr.text().strip()[-2000:]

@@ -673,6 +673,40 @@ def test_print_gigabytes(sb, task, stream):
     assert_next_run_clean(sb, task)
 
 
+def test_killing_the_launcher_cannot_turn_a_failure_into_unknown(sb, task):
+    """A harness error is graded "unknown" (excluded from training), a failure is graded low: a
+    solution about to fail must not be able to kill its launcher and get "unknown" instead."""
+    code = """
+    import ctypes, json, os, signal, time
+    out = {"ppid": os.getppid()}
+    libc = ctypes.CDLL(None, use_errno=True)
+    out["ptrace_attach"] = libc.ptrace(16, os.getppid(), None, None)  # PTRACE_ATTACH
+    try:
+        open(f"/proc/{os.getppid()}/mem", "rb").read(1)
+        out["mem"] = "read"
+    except Exception as e:
+        out["mem"] = type(e).__name__
+    print(json.dumps(out), flush=True)
+    for target in {os.getppid(), 1}:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.kill(target, sig)
+            except Exception:
+                pass
+    time.sleep(0.5)
+    raise RuntimeError("the solution failed")
+    """
+    res = run(sb, code, task)
+    assert res.status != "harness_error", res
+    if sb.isolated:
+        assert res.status == "error" and "the solution failed" in res.stderr_tail
+        seen = json.loads(res.stdout_tail)
+        assert seen["ptrace_attach"] == -1 and seen["mem"] != "read"
+    else:
+        assert res.status == "killed" and "launcher was killed" in res.reason
+    assert_next_run_clean(sb, task)
+
+
 def test_proc_shows_only_the_sandbox(isolating, task):
     code = """
     import os, json
@@ -688,7 +722,7 @@ def test_proc_shows_only_the_sandbox(isolating, task):
     res = run(isolating, code, task)
     assert res.status == "ok", res
     seen = json.loads(res.stdout_tail)
-    assert len(seen["pids"]) <= 4  # bwrap's init, the launcher, the solution (and Docker's init)
+    assert len(seen["pids"]) <= 3  # the launcher (PID 1 under bwrap), the solution (and Docker's init)
     assert not any("pytest" in c for c in seen["cmdlines"].values())
     assert str(os.getpid()) not in seen["pids"] or int(os.getpid()) < 10
 

@@ -355,6 +355,7 @@ def test_docker_create_kwargs_use_docker_py_types(tmp_path):
     lim = Limits(memory_mb=512, max_processes=64, threads=2, disk_mb=100, gpu=(0, 2))
     kw = sb._create_kwargs(stage=stage, data_dir=data, limits=lim, execution_id="abc")
     assert kw["network_mode"] == "none" and kw["read_only"] is True and kw["cap_drop"] == ["ALL"]
+    assert kw["init"] is False  # the launcher must be PID 1
     assert kw["mem_limit"] == kw["memswap_limit"] == 512 * 2**20
     assert kw["pids_limit"] == 64 and kw["nano_cpus"] == 2_000_000_000
     assert kw["volumes"][str(data)] == {"bind": "/sandbox/data", "mode": "ro"}
@@ -373,3 +374,25 @@ def test_docker_create_kwargs_use_docker_py_types(tmp_path):
     kw_cpu = sb._create_kwargs(stage=stage, data_dir=data, limits=Limits(), execution_id="abc")
     assert "device_requests" not in kw_cpu and kw_cpu["environment"]["CUDA_VISIBLE_DEVICES"] == ""
     assert Path(kw["command"][3]).name == "launcher.py"
+
+
+def test_stale_cgroups_of_dead_owners_are_removed():
+    import subprocess
+
+    support = cg.detect()
+    if support is None:
+        pytest.skip("no writable cgroup hierarchy with memory+pids on this host")
+    done = subprocess.Popen(["true"])
+    done.wait()
+    made = []
+    for parent in support.parents.values():
+        d = parent / f"wmrl-sandbox-{done.pid}-0-1"
+        d.mkdir()
+        made.append(d)
+    mine = cg.ExecutionCgroup(support, memory_bytes=64 * 2**20, max_tasks=8)  # owner alive: kept
+    try:
+        assert cg.remove_stale(support) >= len(made)
+        assert not any(d.exists() for d in made)
+        assert all(d.exists() for d in mine.dirs.values())
+    finally:
+        mine.remove()
