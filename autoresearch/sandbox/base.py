@@ -281,9 +281,10 @@ def measured_resources(outcome: RawOutcome) -> Resources:
     """Pick the best measurement of each resource.
 
     CPU: the cgroup's counter (every process, reaped or not), else the solution tree's ``rusage``
-    reported by the launcher, else the host's ``rusage`` of the spawned command. Peak RSS: the
-    launcher's report (the host's own ``ru_maxrss`` starts at the size of the forked host
-    interpreter, and bubblewrap's PID-namespace init does not pass its children's usage up).
+    reported by the launcher, else the host's ``rusage`` of the spawned command (a lower bound: it
+    misses what was killed unreaped). Peak RSS: the launcher's report, else ``None`` (the host's
+    own ``ru_maxrss`` starts at the size of the forked host interpreter, and processes inside a
+    PID namespace do not pass their usage up to it).
     """
     stats = outcome.cgroup_stats
     host = outcome.host_rusage
@@ -294,15 +295,13 @@ def measured_resources(outcome: RawOutcome) -> Resources:
         cpu = float(solution.get("utime", 0.0)) + float(solution.get("stime", 0.0))
     else:
         cpu = host.ru_utime + host.ru_stime if host is not None else 0.0
-    if solution is not None:
-        peak_rss = float(solution.get("maxrss_kb", 0)) / 1024
-    else:
-        peak_rss = host.ru_maxrss / 1024 if host is not None else 0.0
+    # Without the launcher's report (a host-side kill) there is no trustworthy per-process peak.
+    peak_rss = float(solution.get("maxrss_kb", 0)) / 1024 if solution is not None else None
     peak_mem = stats.peak_memory_bytes if stats is not None else None
     return Resources(
         wall_s=round(outcome.wall_s, 4),
         cpu_s=round(cpu, 4),
-        peak_rss_mb=round(peak_rss, 2),
+        peak_rss_mb=round(peak_rss, 2) if peak_rss is not None else None,
         peak_memory_mb=round(peak_mem / 2**20, 2) if peak_mem else None,
         max_tasks=(stats.pids_peak if stats is not None else None) or outcome.watchdog_max_tasks,
     )

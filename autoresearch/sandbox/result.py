@@ -44,7 +44,8 @@ class Resources:
             used (every process, including ones killed at a timeout), else the ``rusage`` of the
             solution's reaped process tree as the launcher measured it.
         peak_rss_mb: the largest resident set of any single process of the solution's tree, MiB
-            (``ru_maxrss``).
+            (``ru_maxrss``, as the launcher measured it); ``None`` when the host had to kill the
+            execution before the launcher reported (output flood, process limit, host deadline).
         peak_memory_mb: peak memory of the whole execution charged to its cgroup (processes,
             tmpfs scratch files, page cache), MiB; ``None`` without a cgroup.
         max_tasks: the most tasks (processes + threads) seen at once, where measured (cgroup
@@ -53,7 +54,7 @@ class Resources:
 
     wall_s: float = 0.0
     cpu_s: float = 0.0
-    peak_rss_mb: float = 0.0
+    peak_rss_mb: float | None = 0.0
     peak_memory_mb: float | None = None
     max_tasks: int | None = None
 
