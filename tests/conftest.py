@@ -44,6 +44,17 @@ def _docker_answers() -> bool:
 
 
 @functools.cache
+def _bwrap_works() -> bool:
+    # Probe for real (binary present *and* namespaces allowed): in a container that blocks user
+    # namespaces the binary exists but every run would be a harness error, which is a skip, not a failure.
+    if shutil.which("bwrap") is None:
+        return False
+    from wmrl.autoresearch.sandbox import bwrap_problem
+
+    return bwrap_problem() is None
+
+
+@functools.cache
 def _cuda() -> bool:
     try:
         import torch
