@@ -212,7 +212,9 @@ def load_ames():
 
 
 def load_taxi():
-    return _rdata("modeldata", "taxi")
+    frame = _rdata("modeldata", "taxi")
+    frame["tip"] = (frame.pop("tip") == "yes").astype(int)
+    return frame
 
 
 _SK = {"package": "scikit-learn", "package_licence": "BSD-3-Clause"}
@@ -523,11 +525,11 @@ SPECS: tuple[SuiteSpec, ...] = (
         "taxi-tip",
         "Chicago taxi tips",
         "Chicago taxi trips: distance, company, whether the trip stayed local, day of week, month and hour. "
-        "Predict whether the rider tipped.",
+        "Predict the probability that the rider tipped.",
         "tip",
-        "yes or no",
-        "balanced_accuracy",
-        "multiclass_label",
+        "1 if the rider tipped, else 0",
+        "roc_auc",
+        "binary_proba",
         "binary",
         "tabular",
         load_taxi,
