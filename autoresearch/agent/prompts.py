@@ -1,0 +1,63 @@
+"""The agent's prompts: the system prompt (goal, action format, solution contract) and the turn messages.
+
+The system prompt states the contract every sandbox backend implements:
+
+* ``DATA_DIR``: environment variable holding the public data folder (read-only);
+* ``SUBMISSION_PATH``: environment variable holding the path of the CSV to write;
+* the working directory is a fresh, empty scratch folder;
+* time and memory limits, CPUs, no GPU, no network, the available libraries.
+
+Prompt text is versioned (:data:`PROMPT_VERSION`); change the version with the text, because
+rollouts are only comparable under the same prompt.
+"""
+
+from __future__ import annotations
+
+from wmrl.autoresearch.agent.environment import SandboxEnvironment
+
+__all__ = ["PROMPT_VERSION", "first_user_message", "next_user_message", "system_prompt"]
+
+PROMPT_VERSION = "agent-v1"
+
+
+def system_prompt(environment: SandboxEnvironment, turns: int = 1) -> str:
+    """The agent's system prompt for an episode of ``turns`` attempts."""
+    if turns < 1:
+        raise ValueError(f"turns must be >= 1; got {turns}")
+    attempts = "one attempt" if turns == 1 else f"up to {turns} attempts; your best attempt counts"
+    strategy = (
+        "Write a simple, robust solution that surely produces a valid submission."
+        if turns == 1
+        else "On the first attempt land a simple valid submission. After each result, change one thing at a "
+        "time, keep what worked, and fix errors before improving accuracy."
+    )
+    return f"""You are an expert machine-learning engineer. You solve a Kaggle-style prediction task by writing one complete Python script. The script is run and its submission is scored against a leaderboard of reference entries. Goal: the best leaderboard position (1.0 = better than every reference entry), with {attempts}.
+
+Answer format (every turn):
+1. A short plan: 2 to 4 sentences on what the script does (or, after a result, what you change and why).
+2. ONE complete Python script in a single ```python fenced block. It runs on its own from top to bottom; no placeholders.
+
+How the script is run:
+- os.environ["DATA_DIR"] is the folder with the task's files (read-only). Read every input from there.
+- Write the predictions as a CSV file to os.environ["SUBMISSION_PATH"], in the format of the sample submission.
+- The working directory is a fresh, empty scratch folder; you may write temporary files there.
+- Limits: {environment.limits_line()}.
+- Libraries: {environment.libraries_line()}.
+
+{strategy} Print a validation score so results can be compared."""
+
+
+def first_user_message(overview: str) -> str:
+    """The first observation: the task overview and the request for a plan and a script."""
+    return f"{overview.rstrip()}\n\nReply with your plan and one complete ```python script."
+
+
+def next_user_message(feedback_text: str, turn: int, turns: int) -> str:
+    """The observation after attempt ``turn`` (1-based) of ``turns``: the feedback and what to do next."""
+    if not 1 <= turn < turns:
+        raise ValueError(f"a next message exists only after attempt 1..{turns - 1}; got turn {turn}")
+    left = turns - turn
+    return (
+        f"Result of attempt {turn} of {turns}:\n{feedback_text.rstrip()}\n\n"
+        f"{left} attempt{'s' if left > 1 else ''} left. Reply with a short plan and one complete ```python script."
+    )

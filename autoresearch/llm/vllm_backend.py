@@ -1,0 +1,122 @@
+"""Generation with vLLM's offline engine (``vllm.LLM``), imported lazily; CUDA only here.
+
+vLLM cannot be installed on the CPU machines this project is developed on (its wheel links the
+CUDA runtime and pins another torch), so this module never imports it at load time, and its tests
+exercise the seam with a fake of vLLM's public interface only (``LLM.generate(prompts,
+sampling_params, use_tqdm=...)``, ``LLM.get_tokenizer()``, ``SamplingParams(n, temperature,
+top_p, max_tokens, seed, logprobs)``, ``RequestOutput.outputs[i].text / .token_ids / .logprobs /
+.finish_reason``). Run it for real on a GPU machine with ``pip install vllm``.
+
+Prompts are rendered with the model's chat template here and passed as token ids
+(``{"prompt_token_ids": [...]}``), so vLLM adds no second BOS token; each request gets the same
+``seed``, which vLLM applies per request, so a prompt's samples do not depend on its batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from wmrl.autoresearch.llm.backend import (
+    BackendBase,
+    Completion,
+    Conversation,
+    SamplingConfig,
+    validate_conversations,
+)
+
+__all__ = ["VLLMBackend"]
+
+
+def _import_vllm() -> Any:
+    try:
+        import vllm
+    except ImportError as err:
+        raise ImportError(
+            "the vLLM backend needs vllm (CUDA only): `pip install vllm` on a GPU machine, or use the "
+            "transformers backend / an OpenAI-compatible server (`vllm serve`) instead"
+        ) from err
+    return vllm
+
+
+class VLLMBackend(BackendBase):
+    """A :class:`~wmrl.autoresearch.llm.backend.GenerationBackend` over ``vllm.LLM``.
+
+    Args:
+        model: a local model folder or spec (resolved with
+            :func:`~wmrl.autoresearch.llm.models.resolve_model_path`), used when ``llm`` is None.
+        llm: an existing ``vllm.LLM`` (or an object with its interface) to reuse.
+        sampling_params_cls: the ``SamplingParams`` class; defaults to ``vllm.SamplingParams``.
+        model_id: name for caches and logs (defaults to ``model``).
+        **engine_kwargs: passed to ``vllm.LLM`` (``gpu_memory_utilization``, ``max_model_len``, ...).
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        llm: Any = None,
+        sampling_params_cls: Any = None,
+        model_id: str | None = None,
+        **engine_kwargs: Any,
+    ) -> None:
+        if llm is None and model is None:
+            raise ValueError("VLLMBackend needs a model spec or an existing llm object")
+        if llm is None or sampling_params_cls is None:
+            vllm = _import_vllm()
+            sampling_params_cls = sampling_params_cls or vllm.SamplingParams
+            if llm is None:
+                from wmrl.autoresearch.llm.models import resolve_model_path
+
+                llm = vllm.LLM(model=str(resolve_model_path(model)), **engine_kwargs)
+        self.llm = llm
+        self.sampling_params_cls = sampling_params_cls
+        self.tokenizer = llm.get_tokenizer()
+        self.model_id = model_id or str(model or "vllm")
+
+    def _prompt_ids(self, messages: list[dict[str, str]], prefix: str | None) -> list[int]:
+        if messages[-1]["role"] == "assistant":
+            raise ValueError(
+                "the conversation ends with an assistant message; pass its text as assistant_prefix"
+            )
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + (
+            prefix or ""
+        )
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def complete(
+        self,
+        prompts: Sequence[Conversation],
+        sampling: SamplingConfig,
+        assistant_prefix: str | None = None,
+    ) -> list[list[Completion]]:
+        conversations = validate_conversations(prompts)
+        requests = [{"prompt_token_ids": self._prompt_ids(c, assistant_prefix)} for c in conversations]
+        params = self.sampling_params_cls(
+            n=sampling.n,
+            temperature=float(sampling.temperature),
+            top_p=float(sampling.top_p),
+            max_tokens=sampling.max_new_tokens,
+            seed=sampling.seed,
+            # logprobs=0: only the sampled token's log-prob, no top-k alternatives.
+            logprobs=0 if sampling.logprobs else None,
+        )
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        if len(outputs) != len(requests):
+            raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(requests)} prompts")
+        results = []
+        for out in outputs:
+            row = []
+            for o in sorted(out.outputs, key=lambda o: o.index):
+                lp = None
+                if sampling.logprobs and o.logprobs is not None:
+                    # One dict per generated position: token id -> Logprob(logprob=..., rank=...).
+                    lp = tuple(
+                        float(step[tid].logprob) for step, tid in zip(o.logprobs, o.token_ids, strict=True)
+                    )
+                ids = tuple(int(t) for t in o.token_ids)
+                row.append(
+                    Completion(text=o.text, token_logprobs=lp, finish_reason=o.finish_reason, token_ids=ids)
+                )
+            results.append(row)
+        return results
