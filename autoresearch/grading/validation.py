@@ -218,7 +218,8 @@ def validate_submission(path: str | os.PathLike | None, task: Task, answers=None
         if extra:
             hint = " (an unnamed first column usually means the DataFrame index was written: use index=False)"
             parts.append(
-                f"unexpected {extra}" + (hint if any(c == "" or c.startswith("Unnamed") for c in extra) else "")
+                f"unexpected {extra}"
+                + (hint if any(c == "" or c.startswith("Unnamed") for c in extra) else "")
             )
         if duplicated:
             parts.append(f"repeated {duplicated}")

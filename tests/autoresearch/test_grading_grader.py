@@ -24,7 +24,10 @@ def _grader(backend: str, **kw) -> ExecutionGrader:
     return ExecutionGrader(backend=backend, **kw)
 
 
-BACKENDS = [pytest.param("subprocess", id="subprocess"), pytest.param("bwrap", id="bwrap", marks=pytest.mark.bwrap)]
+BACKENDS = [
+    pytest.param("subprocess", id="subprocess"),
+    pytest.param("bwrap", id="bwrap", marks=pytest.mark.bwrap),
+]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -51,7 +54,11 @@ def test_outcomes_climb_the_ladder(backend, task):
     assert (silent.status, silent.reward, silent.submission_error) == ("no_submission", 0.2, "no_file")
 
     wrong = grader.grade(task, WRONG_COLUMNS)
-    assert (wrong.status, wrong.reward, wrong.submission_error) == ("invalid_submission", 0.2, "wrong_columns")
+    assert (wrong.status, wrong.reward, wrong.submission_error) == (
+        "invalid_submission",
+        0.2,
+        "wrong_columns",
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
