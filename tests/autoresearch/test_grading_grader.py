@@ -115,3 +115,24 @@ def test_grade_submission_without_execution(tmp_path, task):
     assert sample.status == "valid" and sample.score > 1.0
     result = sample.to_grade()
     assert result.value == sample.reward and result.status == "valid" and result.info["score"] == sample.score
+
+
+@pytest.mark.bwrap
+def test_bundled_answers_are_out_of_reach_in_bubblewrap():
+    """A solution that would score perfectly by copying the bundled answers cannot read them: they
+    sit in the installed package, which bubblewrap hides; only a copy of the public folder is mounted."""
+    from wmrl.autoresearch.tasks import load_bundled
+
+    task = load_bundled("wine-cultivar")
+    cheat = f"""
+import os, shutil
+import pandas as pd
+answers = pd.read_csv({str(task.answers_path)!r})
+answers.drop(columns=["Usage"]).to_csv(os.environ["SUBMISSION_PATH"], index=False)
+"""
+    result = ExecutionGrader(backend="bwrap").grade(task, cheat)
+    assert result.status == "runtime_error", result
+    assert "No such file" in result.stderr_tail or "FileNotFoundError" in result.stderr_tail
+    # the same script does score perfectly where it can see the file: the cheat is real
+    unsafe = ExecutionGrader(backend="subprocess").grade(task, cheat)
+    assert unsafe.status == "valid" and unsafe.score == pytest.approx(0.0, abs=1e-9)
