@@ -190,12 +190,14 @@ class TransformersBackend(BackendBase):
         self,
         conversation: Conversation,
         assistant_prefix: str,
-        candidates: Sequence[str],
+        candidates: Sequence[str | Sequence[str]],
     ):
         """Log-probability of each candidate text right after ``assistant_prefix``.
 
         One forward pass over the prompt, whose key/value cache is then shared by all the
-        candidates (scored together in one right-padded batch).
+        candidates (scored together in one right-padded batch). A candidate given as a list of
+        pieces is tokenised piece by piece, so ``[stem, tail]`` and ``[stem]`` share the stem's
+        tokens exactly and ``score([stem, tail]) - score([stem])`` is ``log p(tail | stem)``.
 
         Returns:
             numpy array, shape ``(len(candidates),)``: ``sum_t log p(token_t | prompt, prefix, earlier tokens)``
@@ -204,8 +206,9 @@ class TransformersBackend(BackendBase):
         import numpy as np
         import torch
 
-        if not candidates or any(not isinstance(c, str) or not c for c in candidates):
-            raise ValueError("candidates must be a non-empty list of non-empty strings")
+        pieces = [[c] if isinstance(c, str) else list(c) for c in candidates]
+        if not pieces or any(not p or not all(isinstance(x, str) and x for x in p) for p in pieces):
+            raise ValueError("candidates must be a non-empty list of non-empty strings (or lists of them)")
         prompt = self.render(conversation, assistant_prefix)
         device = next(self.model.parameters()).device
         with self._lock, torch.inference_mode():
@@ -213,7 +216,10 @@ class TransformersBackend(BackendBase):
                 "input_ids"
             ].to(device)
             first = self.model(input_ids=prompt_ids, use_cache=True)
-            cand_ids = [self.tokenizer(c, add_special_tokens=False)["input_ids"] for c in candidates]
+            cand_ids = [
+                [t for x in p for t in self.tokenizer(x, add_special_tokens=False)["input_ids"]]
+                for p in pieces
+            ]
             width = max(len(ids) for ids in cand_ids)
             pad = self.tokenizer.pad_token_id
             batch = torch.tensor([ids + [pad] * (width - len(ids)) for ids in cand_ids], device=device)

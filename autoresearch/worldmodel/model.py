@@ -47,7 +47,7 @@ __all__ = ["WMOutcome", "WorldModel", "WorldModelConfig", "WorldModelStats"]
 
 _SCORING = ("samples", "status_probs")
 #: After ``{"status": "valid", ...`` the position is read as one of 0.0, 0.1, ..., 1.0.
-_POSITION_PREFIX = '{"status": "valid", "error_type": null, "error_line": null, "position": '
+_POSITION_STEM = 'valid", "error_type": null, "error_line": null, "position":'
 _POSITION_GRID = tuple(k / 10 for k in range(11))
 
 
@@ -209,9 +209,10 @@ class WorldModel:
         self.config = config or WorldModelConfig()
         self.ladder = ladder or RewardLadder()
         self.name = self.config.name
-        self.cache: PredictionCache | None = (
-            PredictionCache() if cache is None or cache is True else cache or None
-        )
+        if cache is None or cache is True:
+            cache = PredictionCache()
+        # (an empty cache is falsy through __len__: compare with False explicitly)
+        self.cache: PredictionCache | None = None if cache is False else cache
         self.stats = WorldModelStats()
         self._tokens = tokens
         self._overviews: dict[str, str] = {}
@@ -350,18 +351,23 @@ class WorldModel:
         return out
 
     def _status_probs(self, prompt: list[dict[str, str]]) -> CachedPrediction | str:
+        """Status and position probabilities from ONE prefill of the prompt (shared cache).
+
+        After the prefix ``{"status": "`` every status (closed by its quote) is scored; each grid
+        position ``0.k`` is scored as the continuation ``stem + " 0.k,"`` with the stem
+        ``valid", "error_type": null, "error_line": null, "position":``. Renormalising over the
+        grid divides out ``p(stem)``, so the grid weights are ``p(0.k | stem)``: positions given valid.
+        """
+        candidates: list[str | list[str]] = [s + '"' for s in WM_STATUSES]
+        candidates += [[_POSITION_STEM, f" {p:.1f},"] for p in _POSITION_GRID]
         try:
-            status_lp = self.backend.score_continuations(
-                prompt, ASSISTANT_PREFIX, [s + '"' for s in WM_STATUSES]
-            )
-            position_lp = self.backend.score_continuations(
-                prompt, _POSITION_PREFIX, [f"{p:.1f}," for p in _POSITION_GRID]
-            )
-        except Exception as err:
+            scores = list(self.backend.score_continuations(prompt, ASSISTANT_PREFIX, candidates))
+        except Exception as err:  # the item is unknown, with the reason
             self.stats.backend_errors += 1
             return f"{type(err).__name__}: {err}"
-        probs = _softmax(status_lp)
-        position_probs = _softmax(position_lp)
+        k = len(WM_STATUSES)
+        probs = _softmax(scores[:k])
+        position_probs = _softmax(scores[k:])
         expected_position = math.fsum(p * x for p, x in zip(position_probs, _POSITION_GRID, strict=True))
         status_probs = dict(zip(WM_STATUSES, probs, strict=True))
         best = max(WM_STATUSES, key=status_probs.__getitem__)

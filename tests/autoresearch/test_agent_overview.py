@@ -219,3 +219,17 @@ def test_environment_validation():
     env = SandboxEnvironment.detect(time_limit_s=30, memory_mb=512)
     assert any(lib.startswith("numpy ") for lib in env.libraries)
     assert "time limit 30 s" in env.limits_line() and "memory 512 MiB" in env.limits_line()
+
+
+def test_overview_of_every_bundled_task_within_budget():
+    from wmrl.autoresearch.tasks import TRAIN_TASKS, load_task
+
+    counter = ApproxTokens()
+    for task_id in TRAIN_TASKS:
+        task = load_task(task_id)
+        text = from_task(task, environment=ENV, config=OverviewConfig(max_tokens=1200))
+        assert counter.count(text) <= 1200, task_id
+        assert "## Evaluation" in text, task_id  # every bundled description has one; it must survive
+        for column in task.target_columns:
+            assert column in text.split("## TARGET COLUMNS")[1].split("##")[0], task_id
+        assert ",".join([*task.id_columns]) in text.split("## SUBMISSION CONTRACT")[1], task_id
