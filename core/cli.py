@@ -83,7 +83,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 2
-    result = handler(args)
+    try:
+        result = handler(args)
+    except BrokenPipeError:
+        # Output piped into `head` and closed early: not an error of ours. Point stdout at devnull so
+        # the interpreter's final flush does not raise again.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return int(result or 0)
 
 
