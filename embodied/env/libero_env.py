@@ -160,9 +160,17 @@ class LiberoEnv(gym.Env):
         if seed is not None:
             sim.seed(int(seed))
         sim.reset()
-        raw = sim.set_init_state(states[k])
-        for _ in range(self.config.settle_steps):
-            raw, _, _, _ = sim.step(NOOP_ACTION)
+        # Nobody looks at the frames of the settle steps: switch the cameras off while placing the
+        # initial state and settling, then render once. Physics does not depend on rendering, so the
+        # episode is unchanged; a reset costs one render instead of twelve.
+        self._set_cameras_enabled(False)
+        try:
+            sim.set_init_state(states[k])
+            for _ in range(self.config.settle_steps):
+                sim.step(NOOP_ACTION)
+        finally:
+            self._set_cameras_enabled(True)
+        raw = sim.env._get_observations(force_update=True)
         self._init_state = k
         self._steps = 0
         self._done = False
@@ -263,6 +271,10 @@ class LiberoEnv(gym.Env):
             self.observation_space.spaces["object-state"] = spaces.Box(
                 -np.inf, np.inf, shape=(dim,), dtype=np.float32
             )
+
+    def _set_cameras_enabled(self, enabled: bool) -> None:
+        for key in self.config.image_keys:
+            self._sim.env.modify_observable(key, "enabled", enabled)
 
     def _observation(self, raw: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         cfg = self.config

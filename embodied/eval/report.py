@@ -113,6 +113,7 @@ def build_report(
             "terminated": r.terminated,
             "truncated": r.truncated,
             "wall_s": round(r.wall_s, 3),
+            "reset_s": round(r.reset_s, 3),
             "policy_s": round(r.policy_s, 3),
         }
         if i in video_paths:

@@ -79,6 +79,8 @@ class EpisodeRecord:
         observations: the ``T`` observations the policy acted on, when the runner keeps them
             (RL needs them to re-score tokens); else ``None``.
         wall_s: seconds from the episode's reset request to its last step.
+        reset_s: seconds from the reset request to the settled first observation (includes
+            rebuilding the scene on a task switch and the settle steps).
         policy_s: seconds spent in the policy for this episode.
     """
 
@@ -97,6 +99,7 @@ class EpisodeRecord:
     frame_steps: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     observations: list[dict[str, np.ndarray]] | None = None
     wall_s: float = 0.0
+    reset_s: float = 0.0
     policy_s: float = 0.0
 
     @property

@@ -159,6 +159,7 @@ class _Episode:
         self.frame_steps: list[int] = []
         self.observations: list[dict[str, np.ndarray]] | None = [] if keep_obs else None
         self.policy_s = 0.0
+        self.reset_s = 0.0
 
     @property
     def started(self) -> bool:
@@ -176,6 +177,7 @@ class _Episode:
         self.frame_steps.append(step)
 
     def start(self, obs: dict[str, np.ndarray], info: dict[str, Any]) -> None:
+        self.reset_s = time.perf_counter() - self.t0
         self.obs = obs
         self.instruction = info["instruction"]
         self.success = bool(info["success"])
@@ -217,6 +219,7 @@ class _Episode:
             frame_steps=np.asarray(self.frame_steps, dtype=np.int64),
             observations=self.observations,
             wall_s=time.perf_counter() - self.t0,
+            reset_s=self.reset_s,
             policy_s=self.policy_s,
         )
 

@@ -195,12 +195,22 @@ def test_upright_image_matches_robosuite_camera_projection():
         LiberoEnvConfig(task_id=0, cameras=("agentview",), image_height=size, image_width=size, max_steps=20)
     )
     try:
-        e.reset(options={"init_state": 0})
+        first, _ = e.reset(options={"init_state": 0})
+        sim = e.libero_env.sim
+        # Reset renders once, after settling: the frame is the upright render of the settled state.
+        np.testing.assert_array_equal(
+            first["agentview_image"],
+            orient_image(sim.render(camera_name="agentview", height=size, width=size), "upright"),
+        )
+        again, _ = e.reset(options={"init_state": 0})
+        np.testing.assert_array_equal(
+            again["agentview_image"], first["agentview_image"]
+        )  # deterministic frames
         for _ in range(10):
             e.step(np.array([0, 1.0, 0, 0, 0, 0, -1]))  # +y: towards the right of the agentview image
         for _ in range(3):
             obs, *_ = e.step(NOOP_ACTION)
-        sim = e.libero_env.sim
+        sim = e.libero_env.sim  # a hard reset builds a new MjSim
         model = sim.model
         gripper_geoms = {
             i for i in range(model.ngeom) if (model.geom_id2name(i) or "").startswith("gripper0")
