@@ -299,8 +299,9 @@ class WorldModel:
             firsts = [pending[k][0] for k in keys]
             entries = self._ask([unpacked[i] for i in firsts])
             for key, entry in zip(keys, entries, strict=True):
-                if isinstance(entry, str):  # the backend failed for this script: unknown, not cached
-                    outcome = self._unknown(f"backend error: {entry}", source="model")
+                if isinstance(entry, str):  # no prediction for this script: unknown, not cached
+                    reason = entry if entry.startswith("cannot build") else f"backend error: {entry}"
+                    outcome = self._unknown(reason, source="model")
                 else:
                     if self.cache is not None:
                         self.cache.put(key, entry)
@@ -311,17 +312,26 @@ class WorldModel:
         return outcomes  # type: ignore[return-value]
 
     def _ask(self, scripts: list[tuple[str, str]]) -> list[CachedPrediction | str]:
-        """One batched model call; per script its entry, or the backend's error text."""
-        try:
-            prompts = [
-                build_messages(self.overview(t), c, self.config.code_max_chars, self.config.worked_example)
-                for t, c in scripts
-            ]
-        except Exception as err:  # an unreadable task: every script of the call is unknown
-            return [f"cannot build the prompt: {type(err).__name__}: {err}"] * len(scripts)
+        """One batched model call; per script its entry, or the error text that left it unknown."""
+        out: list[CachedPrediction | str | None] = [None] * len(scripts)
+        prompts, where = [], []
+        for i, (task_id, code) in enumerate(scripts):
+            try:
+                overview = self.overview(task_id)
+            except Exception as err:  # an unreadable task: its scripts are unknown, the rest go on
+                out[i] = f"cannot build the prompt for task {task_id!r}: {type(err).__name__}: {err}"
+                continue
+            prompts.append(
+                build_messages(overview, code, self.config.code_max_chars, self.config.worked_example)
+            )
+            where.append(i)
         self.stats.model_prompts += len(prompts)
         if self.config.scoring == "status_probs":
-            return [self._status_probs(p) for p in prompts]
+            for i, prompt in zip(where, prompts, strict=True):
+                out[i] = self._status_probs(prompt)
+            return out  # type: ignore[return-value]
+        if not prompts:
+            return out  # type: ignore[return-value]
         prefix = ASSISTANT_PREFIX if self.config.constrained_prefix else None
         rows: list[list[Completion] | None]
         try:
@@ -334,10 +344,14 @@ class WorldModel:
         except Exception as err:  # a remote or GPU backend may fail in many ways; the item is unknown
             self.stats.backend_errors += 1
             rows, error = [None] * len(prompts), f"{type(err).__name__}: {err}"
-        out: list[CachedPrediction | str] = []
-        for row in rows:
+        if len(rows) != len(prompts):
+            rows, error = (
+                [None] * len(prompts),
+                f"the backend returned {len(rows)} rows for {len(prompts)} prompts",
+            )
+        for i, row in zip(where, rows, strict=True):
             if row is None:
-                out.append(error or "no completions returned")
+                out[i] = error or "no completions returned"
                 continue
             parsed, failures = [], []
             for completion in row:
@@ -347,8 +361,8 @@ class WorldModel:
                 except PredictionParseError as err:
                     self.stats.parse_failures += 1
                     failures.append(str(err))
-            out.append(CachedPrediction(tuple(parsed), tuple(failures)))
-        return out
+            out[i] = CachedPrediction(tuple(parsed), tuple(failures))
+        return out  # type: ignore[return-value]
 
     def _status_probs(self, prompt: list[dict[str, str]]) -> CachedPrediction | str:
         """Status and position probabilities from ONE prefill of the prompt (shared cache).

@@ -450,3 +450,16 @@ def test_default_overview_comes_from_the_bundled_task():
     assert "## SUBMISSION CONTRACT" in user and task.target_columns[0] in user
     resolved = WorldModel(backend, WorldModelConfig(samples=2), task_resolver=load_task)
     assert "## TARGET COLUMNS" in resolved.overview(task_id)
+
+
+def test_an_unreadable_task_leaves_only_its_own_scripts_unknown():
+    def overview(task_id):
+        if task_id == "broken":
+            raise FileNotFoundError("public folder missing")
+        return OVERVIEW
+
+    backend = ScriptedBackend({GOOD: [completion("no_submission")] * 2})
+    wm = WorldModel(backend, WorldModelConfig(samples=2), overview_fn=overview)
+    grades = wm.grade([Solution("broken", GOOD), Solution("t", GOOD)])
+    assert grades[0].value is None and "cannot build the prompt for task 'broken'" in grades[0].info["reason"]
+    assert grades[1].value == pytest.approx(0.2) and backend.prompts == 1
