@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
+import logging
 import os
 import sys
 import tempfile
@@ -210,8 +211,10 @@ def prepare_libero() -> LiberoPaths:
             datasets_dir = config_dir / "datasets"
             _write_if_changed(config_dir / "config.yaml", _config_text(package_dir, assets_dir, datasets_dir))
             os.environ["LIBERO_CONFIG_PATH"] = str(config_dir)
-        # LIBERO and robosuite print banners and warnings on import; they are not errors.
-        with contextlib.redirect_stdout(io.StringIO()):
+        # LIBERO, robosuite and gym print banners and notices on import (gym's "unmaintained"
+        # notice, robosuite's private-macro-file hint); they are not errors, and exceptions still
+        # propagate.
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             import libero.libero as libero_root
 
             if "LIBERO_CONFIG_PATH" in os.environ and Path(libero_root.libero_config_path) != config_dir:
@@ -220,5 +223,10 @@ def prepare_libero() -> LiberoPaths:
                 libero_root.config_file = str(config_dir / "config.yaml")
             _redirect_assets(package_dir, assets_dir)
             _patch_robot_base()
+        # robosuite logs an INFO line ("Loading controller configuration ...") for every scene it
+        # builds; keep its warnings and errors only.
+        robosuite_logger = logging.getLogger("robosuite_logs")
+        if robosuite_logger.level < logging.WARNING:
+            robosuite_logger.setLevel(logging.WARNING)
         _PREPARED = LiberoPaths(package_dir=package_dir, assets_dir=assets_dir, config_dir=config_dir)
         return _PREPARED
