@@ -106,6 +106,27 @@ def run_arms(
     return runs
 
 
+def cost_to_reach(runs: list[ArmResult], cfg: SimConfig, level: float) -> float | None:
+    """Cost at which the seed-mean true-reward curve first reaches ``level`` (``None`` if never)."""
+    curve = np.mean([r.true_reward for r in runs], axis=0)
+    costs = np.mean([r.cost(cfg) for r in runs], axis=0)
+    hit = np.flatnonzero(curve >= level)
+    return float(costs[hit[0]]) if hit.size else None
+
+
+def matched_compute_ratio(runs: dict[str, list[ArmResult]], cfg: SimConfig) -> float | None:
+    """How much less the ``wmrl`` arm paid than ``real`` to first reach 98% of wmrl's final reward.
+
+    Unlike the same-steps compute ratio (fixed by the anchor fraction), this one moves with
+    world-model quality: it is ``real``'s cost to reach the level over ``wmrl``'s cost to reach it.
+    """
+    level = 0.98 * float(np.mean([r.true_reward[-1] for r in runs["wmrl"]]))
+    real_cost, wmrl_cost = cost_to_reach(runs["real"], cfg, level), cost_to_reach(runs["wmrl"], cfg, level)
+    if real_cost is None or not wmrl_cost:
+        return None
+    return real_cost / wmrl_cost
+
+
 def sweep(cfg: SimConfig, seeds: list[int], progress: bool = True) -> dict[str, Any]:
     """``wmrl``/``real`` final-reward ratio and compute ratio over world-model quality."""
     cells = []
@@ -127,6 +148,7 @@ def sweep(cfg: SimConfig, seeds: list[int], progress: bool = True) -> dict[str, 
                     "reward_ratio_world_model_vs_real": summary["world_model"]["final_true_reward"]
                     / summary["real"]["final_true_reward"],
                     "compute_ratio": summary["wmrl"]["compute_ratio_vs_real"],
+                    "matched_compute_ratio": matched_compute_ratio(runs, cell_cfg),
                     "wmrl_reached_target": summary["wmrl"]["cost_to_target"] is not None,
                 }
             )
@@ -215,17 +237,19 @@ def plot_sweep(result: dict[str, Any], path: Path) -> None:
 
     bias, noise = result["bias_levels"], result["noise_levels"]
     grids = {}
-    for key in ("reward_ratio_wmrl_vs_real", "compute_ratio"):
-        grid = np.zeros((len(bias), len(noise)))
+    for key in ("reward_ratio_wmrl_vs_real", "compute_ratio", "matched_compute_ratio"):
+        grid = np.full((len(bias), len(noise)), np.nan)
         for c in result["cells"]:
-            grid[bias.index(c["bias_strength"]), noise.index(c["noise"])] = c[key]
+            if c[key] is not None:
+                grid[bias.index(c["bias_strength"]), noise.index(c["noise"])] = c[key]
         grids[key] = grid
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
     for ax, (key, title) in zip(
         axes,
         [
             ("reward_ratio_wmrl_vs_real", "final true reward: wmrl / real"),
-            ("compute_ratio", "compute ratio: real cost / wmrl cost"),
+            ("compute_ratio", "compute ratio, same steps: real / wmrl"),
+            ("matched_compute_ratio", "compute ratio to reach wmrl's level: real / wmrl"),
         ],
         strict=True,
     ):
@@ -311,6 +335,13 @@ def run_from_cli(args: argparse.Namespace) -> int:
                 f"{b:<14}"
                 + "".join(f"{c['reward_ratio_wmrl_vs_real']:>10.3f} | {c['compute_ratio']:.2f}x" for c in row)
             )
+        print(
+            "\nCompute ratio to reach 98% of wmrl's final reward (real cost / wmrl cost; None = real never did):"
+        )
+        print(f"{'bias / noise':<14}" + "".join(f"{n:>18}" for n in SWEEP_NOISE))
+        for b in SWEEP_BIAS:
+            ratios = [c["matched_compute_ratio"] for c in result["sweep"]["cells"] if c["bias_strength"] == b]
+            print(f"{b:<14}" + "".join(f"{'None' if v is None else f'{v:.2f}x':>18}" for v in ratios))
         plot_sweep(result["sweep"], out / "sweep.png")
         result["fraction_sweep"] = fraction_sweep(cfg, seeds)
         print("\nAnchor fraction (default wmrl arm): final true reward and compute ratio against real:")
