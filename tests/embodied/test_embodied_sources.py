@@ -225,3 +225,28 @@ def test_source_config_is_validated():
         RobometerSourceConfig(backend="tiny", k=0)
     with pytest.raises(TypeError, match="predict"):
         RobometerSource(object())  # type: ignore[arg-type]
+
+
+@pytest.mark.libero
+@pytest.mark.slow
+@pytest.mark.transformers
+def test_both_sources_grade_real_libero_episodes_of_the_tiny_minivla(tiny_source):
+    """End to end: the tiny MiniVLA acts in the real simulator, then both sources grade the records."""
+    from wmrl.embodied.env import LiberoEnvConfig
+    from wmrl.embodied.policy.minivla_policy import MiniVLAPolicy, MiniVLAPolicyConfig
+    from wmrl.embodied.rollout import RolloutConfig, RolloutRunner, episode_seed
+
+    env = LiberoEnvConfig(task_id=0, cameras=("agentview",), image_height=128, image_width=128, max_steps=6)
+    policy = MiniVLAPolicy.tiny(seed=0, config=MiniVLAPolicyConfig(temperature=1.0))
+    specs = [EpisodeSpec(0, s, episode_seed(0, 0, s, 0), 0, record_frames=True) for s in (0, 1)]
+    with RolloutRunner(env, RolloutConfig(workers=0)) as runner:
+        records = runner.run(policy, specs)
+    anchor = collect_grades(SparseSuccessSource(), records)
+    assert [g.value for g in anchor] == [float(r.success) for r in records]
+    grades = collect_grades(tiny_source, records)
+    for record, grade in zip(records, grades, strict=True):
+        frames = record.frames["agentview"]
+        assert frames.shape == (record.steps + 1, 128, 128, 3)
+        assert grade.status == "scored" and -1.0 <= grade.value <= 1.0
+        assert grade.info["frame_indices"] == subsample_indices(len(frames), 8).tolist()
+        assert grade.info["frame_steps"] == record.frame_steps[grade.info["frame_indices"]].tolist()
