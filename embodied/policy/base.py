@@ -3,7 +3,8 @@
 Evaluation needs only ``reset`` and ``act``. RL additionally needs the log-probabilities of the
 actions the policy took (``TrainablePolicy``), so that a PPO-style ratio can be formed.
 
-Conventions (shared with the LIBERO environment, see ``docs/embodied.md``):
+Conventions (shared with the LIBERO environment, see ``docs/embodied-env.md``; the policies are
+described in ``docs/embodied-models.md``):
 
 * ``observation`` is a mapping of numpy arrays. Images are ``uint8`` arrays of shape
   ``(H, W, 3)`` already in *upright* orientation (the environment flips MuJoCo's bottom-up
