@@ -157,6 +157,74 @@ def _eval_libero(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_train_embodied(root) -> None:
+    p = root.subcommand(
+        "train",
+        "embodied",
+        "GRPO for a VLA policy on LIBERO with rewards corrected by WMRL (modes: sparse, world_model, wmrl)",
+        _train_embodied,
+    )
+    p.add_argument(
+        "--config",
+        default=None,
+        help="a preset name (smoke) or a .json/.toml config file, e.g. a run's config.json (default: built-in defaults)",
+    )
+    p.add_argument("--smoke", action="store_true", help="the CPU smoke preset (same as --config smoke)")
+    p.add_argument("--out", default=None, help="run directory (default: runs/train_embodied/<mode>-<time>)")
+    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="config overrides, e.g. mode=sparse steps=10 env.tasks=[0,1] ppo.lr=3e-5 corrector.scheduler.fraction=0.2",
+    )
+
+
+def _train_embodied(args: argparse.Namespace) -> int:
+    import json
+
+    from wmrl.core.config import ConfigError
+    from wmrl.embodied.training.config import load_train_config
+
+    if args.smoke and args.config not in (None, "smoke"):
+        print("wmrl train embodied: error: give --smoke or --config, not both", file=sys.stderr)
+        return 2
+    try:
+        config = load_train_config("smoke" if args.smoke else args.config, args.overrides)
+    except (ConfigError, ValueError) as exc:
+        print(f"wmrl train embodied: error: {exc}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        print(json.dumps(config.to_dict(), indent=2))
+        return 0
+    if args.resume and args.out is None:
+        print(
+            "wmrl train embodied: error: --resume needs --out (the run directory to continue)",
+            file=sys.stderr,
+        )
+        return 2
+    from wmrl.embodied.env.libero_setup import LiberoUnavailableError
+    from wmrl.embodied.training.trainer import train
+
+    out = args.out or f"runs/train_embodied/{config.mode}-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        report = train(config, out, resume=args.resume, progress=not args.no_progress)
+    except (FileExistsError, FileNotFoundError, LiberoUnavailableError, ConfigError) as exc:
+        print(f"wmrl train embodied: error: {exc}", file=sys.stderr)
+        return 2
+    spent = report["spent"]
+    print(
+        f"trained {report['steps_logged']} step(s), {report['episodes']} episodes, mode {config.mode}; "
+        f"rollouts {spent['generation']['wall_s']:.1f} s, Robometer {spent['world_model']['wall_s']:.1f} s, "
+        f"update {spent['update']['wall_s']:.1f} s"
+    )
+    print(f"run directory: {out} (config.json, metrics.jsonl, plots/, cost_report.json, checkpoints/)")
+    return 0
+
+
 def register(root) -> None:
     """Add this package's commands to the ``wmrl`` command tree (see ``wmrl.core.cli.CommandRoot``)."""
     _add_eval_libero(root)
+    _add_train_embodied(root)

@@ -1,0 +1,434 @@
+"""The typed configuration of ``wmrl train embodied``: one frozen dataclass tree, validated at construction.
+
+Load it with :func:`load_train_config` (a preset name or a JSON/TOML file, then ``key=value``
+overrides); every run writes the resolved tree to ``RUN/config.json``, which loads back unchanged.
+Unknown keys, wrong types and broken rules raise :class:`~wmrl.core.config.ConfigError` naming the key.
+
+Defaults follow the official WMRL LIBERO-Long recipe where it states a value (``libero_long.yaml`` and
+``train_grpo.py``: group size 8, 520 policy steps, LoRA r16/α32 on q/k/v/o/gate/up/down, PPO clip 0.2,
+gradient clip 1.0, KL β 0.04, 12 sampled timesteps per rollout, initial states 0-15) and say so where
+they depart from it (several PPO epochs instead of one, so that the ratio and the clip are real).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from wmrl.core.config import ConfigError, apply_overrides, from_dict, require, to_dict
+from wmrl.core.corrector import CorrectorConfig
+from wmrl.embodied.env.splits import IN_DOMAIN_STATES, NUM_INIT_STATES
+from wmrl.embodied.env.suites import DEFAULT_SUITE, SUITE_NUM_TASKS, check_suite
+from wmrl.embodied.sources import RobometerSourceConfig
+
+__all__ = [
+    "MODES",
+    "PRESETS",
+    "EmbodiedTrainConfig",
+    "EnvSpec",
+    "LoraSpec",
+    "PPOConfig",
+    "PolicySpec",
+    "load_train_config",
+]
+
+Mode = Literal["sparse", "world_model", "wmrl"]
+
+MODES: dict[str, str] = {
+    "sparse": "real",
+    "world_model": "world_model",
+    "wmrl": "wmrl",
+}
+"""Training mode -> corrector preset (:data:`wmrl.core.corrector.PRESETS`). The mode picks nothing else."""
+
+# The official trainer's LoRA targets (every linear of the Qwen2 decoder).
+_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def _positive_int(name: str, value: Any, low: int = 1) -> None:
+    require(
+        isinstance(value, int) and not isinstance(value, bool) and value >= low,
+        f"{name} must be an integer >= {low}; got {value!r}",
+    )
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """Which VLA to train and how it samples.
+
+    Attributes:
+        source: ``"tiny"`` (the random tiny MiniVLA, smoke runs only), a folder written by
+            ``MiniVLAPolicy.save`` (``minivla.json``; e.g. an SFT checkpoint), or a Prismatic /
+            openvla-mini run directory (``config.json`` + ``checkpoints/step-*.pt``).
+        tokenizer_path: Qwen2.5 tokenizer folder for a Prismatic run (default ``source/tokenizer``).
+        checkpoint_step: which ``step-*.pt`` of a Prismatic run (default: the highest).
+        unnorm_key: dataset statistics used to un-normalise actions (default: the only one).
+        temperature: sampling temperature of the rollouts (> 0); the PPO ratio and the KL are taken
+            under this same tempered distribution.
+        center_crop: openvla-mini's test-time centre crop (checkpoints trained with image augmentation).
+        device, dtype: where the policy runs (``float32`` on a CPU).
+        tiny_seed: initialisation seed of the tiny model.
+    """
+
+    source: str = "tiny"
+    tokenizer_path: str | None = None
+    checkpoint_step: int | None = None
+    unnorm_key: str | None = None
+    temperature: float = 1.0
+    center_crop: bool = True
+    device: str = "cpu"
+    dtype: str = "float32"
+    tiny_seed: int = 0
+
+    def __post_init__(self) -> None:
+        require(bool(self.source), "policy.source must be 'tiny' or a policy folder")
+        require(
+            self.temperature > 0,
+            f"policy.temperature must be > 0 (RL samples its rollouts); got {self.temperature}",
+        )
+        require(
+            self.dtype in ("float32", "bfloat16", "float16"),
+            f"policy.dtype must be float32, bfloat16 or float16; got {self.dtype!r}",
+        )
+        if self.checkpoint_step is not None:
+            _positive_int("policy.checkpoint_step", self.checkpoint_step, 0)
+
+    @property
+    def is_tiny(self) -> bool:
+        return self.source == "tiny"
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """LoRA adapters (peft) on the LLM; everything else frozen. ``enabled=False`` fine-tunes the
+    projector and the LLM fully (the vision towers stay frozen)."""
+
+    enabled: bool = True
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    targets: tuple[str, ...] = _LORA_TARGETS
+
+    def __post_init__(self) -> None:
+        _positive_int("lora.r", self.r)
+        _positive_int("lora.alpha", self.alpha)
+        require(0.0 <= self.dropout < 1.0, f"lora.dropout must be in [0, 1); got {self.dropout}")
+        require(len(self.targets) > 0, "lora.targets must name at least one module")
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """The LIBERO tasks, initial states and rendering of the training rollouts.
+
+    Attributes:
+        suite: LIBERO suite (``libero_10`` = LIBERO-Long).
+        tasks: task indices trained on (``None``: every task of the suite).
+        states: training initial states; must be in-domain (``None``: all in-domain states, 0-15).
+            Held-out states are rejected: they are kept for evaluation.
+        max_episode_steps: policy steps per episode (``None``: the suite's standard, 520 for libero_10).
+        settle_steps: no-op steps after placing the initial state.
+        camera: the one camera rendered; the policy acts on it and Robometer watches it.
+        image_size: square render side in pixels (the policy resizes to 224).
+        hard_reset: rebuild the MuJoCo model at every reset (slower; the initial state overwrites the
+            whole simulator state either way).
+        workers: simulator processes (0 = in this process).
+        frame_stride: keep every n-th frame for Robometer (plus the first and last).
+    """
+
+    suite: str = DEFAULT_SUITE
+    tasks: tuple[int, ...] | None = None
+    states: tuple[int, ...] | None = None
+    max_episode_steps: int | None = None
+    settle_steps: int = 10
+    camera: str = "agentview"
+    image_size: int = 256
+    hard_reset: bool = False
+    workers: int = 1
+    frame_stride: int = 4
+
+    def __post_init__(self) -> None:
+        check_suite(self.suite)
+        n_tasks = SUITE_NUM_TASKS[self.suite]
+        if self.tasks is not None:
+            require(len(self.tasks) > 0, "env.tasks must not be empty (None = every task)")
+            for t in self.tasks:
+                require(
+                    isinstance(t, int) and 0 <= t < n_tasks, f"env.tasks: {t!r} is not a task of {self.suite}"
+                )
+            require(len(set(self.tasks)) == len(self.tasks), f"env.tasks must not repeat; got {self.tasks}")
+        if self.states is not None:
+            require(len(self.states) > 0, "env.states must not be empty (None = every in-domain state)")
+            held_out = [s for s in self.states if s not in IN_DOMAIN_STATES]
+            require(
+                not held_out,
+                f"env.states {held_out} are held-out initial states (in-domain = {IN_DOMAIN_STATES[0]}-"
+                f"{IN_DOMAIN_STATES[-1]} of {NUM_INIT_STATES}); training uses in-domain states only",
+            )
+            require(
+                len(set(self.states)) == len(self.states), f"env.states must not repeat; got {self.states}"
+            )
+        if self.max_episode_steps is not None:
+            _positive_int("env.max_episode_steps", self.max_episode_steps)
+        _positive_int("env.settle_steps", self.settle_steps, 0)
+        require(bool(self.camera) and "," not in self.camera, "env.camera must be one camera name")
+        _positive_int("env.image_size", self.image_size, 8)
+        _positive_int("env.workers", self.workers, 0)
+        _positive_int("env.frame_stride", self.frame_stride)
+
+    @property
+    def task_ids(self) -> tuple[int, ...]:
+        return self.tasks if self.tasks is not None else tuple(range(SUITE_NUM_TASKS[self.suite]))
+
+    @property
+    def state_ids(self) -> tuple[int, ...]:
+        return self.states if self.states is not None else IN_DOMAIN_STATES
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """The policy update: PPO-clip on the action tokens over several epochs of the collected batch.
+
+    Attributes:
+        epochs: passes over the batch per training step (the official trainer made one, so its ratio
+            was identically 1 and its clip never bound).
+        minibatch_size: (episode, timestep) samples per optimiser step.
+        microbatch_size: samples per forward pass (gradients accumulate up to ``minibatch_size``).
+        timesteps_per_episode: timesteps sampled from each episode (``None``: all); equal per episode so a
+            long failed episode does not outweigh a short successful one (official: 12).
+        clip_low, clip_high: the ratio is clipped to ``[1 - clip_low, 1 + clip_high]`` (clip-higher when
+            ``clip_high > clip_low``).
+        kl_beta: weight of the KL penalty to the reference (frozen initial) policy; 0 = none.
+        lr, weight_decay, betas: AdamW.
+        max_grad_norm: global gradient-norm clip (``None``: no clipping; the norm is logged either way).
+        drop_zero_advantage: skip samples whose advantage is exactly 0 when ``kl_beta == 0`` (they carry no
+            gradient; as the official trainer does).
+    """
+
+    epochs: int = 2
+    minibatch_size: int = 64
+    microbatch_size: int = 8
+    timesteps_per_episode: int | None = 12
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    kl_beta: float = 0.04
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    max_grad_norm: float | None = 1.0
+    drop_zero_advantage: bool = True
+
+    def __post_init__(self) -> None:
+        _positive_int("ppo.epochs", self.epochs)
+        _positive_int("ppo.minibatch_size", self.minibatch_size)
+        _positive_int("ppo.microbatch_size", self.microbatch_size)
+        require(
+            self.microbatch_size <= self.minibatch_size,
+            f"ppo.microbatch_size ({self.microbatch_size}) must be <= ppo.minibatch_size ({self.minibatch_size})",
+        )
+        if self.timesteps_per_episode is not None:
+            _positive_int("ppo.timesteps_per_episode", self.timesteps_per_episode)
+        require(0 < self.clip_low < 1, f"ppo.clip_low must be in (0, 1); got {self.clip_low}")
+        require(self.clip_high > 0, f"ppo.clip_high must be > 0; got {self.clip_high}")
+        require(self.kl_beta >= 0, f"ppo.kl_beta must be >= 0; got {self.kl_beta}")
+        require(self.lr > 0, f"ppo.lr must be > 0; got {self.lr}")
+        require(self.weight_decay >= 0, f"ppo.weight_decay must be >= 0; got {self.weight_decay}")
+        require(
+            len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
+            f"ppo.betas must be two numbers in [0, 1); got {self.betas}",
+        )
+        require(
+            self.max_grad_norm is None or self.max_grad_norm > 0,
+            f"ppo.max_grad_norm must be > 0 or None; got {self.max_grad_norm}",
+        )
+
+
+def _tiny_world_model() -> RobometerSourceConfig:
+    return RobometerSourceConfig(backend="tiny")
+
+
+@dataclass(frozen=True)
+class EmbodiedTrainConfig:
+    """Everything ``wmrl train embodied`` does.
+
+    Attributes:
+        mode: ``sparse`` (real-signal GRPO: corrector preset ``real``, every group graded by the
+            simulator's success), ``world_model`` (Robometer alone) or ``wmrl`` (the corrector as
+            configured: anchors + isotonic debiasing + fusion). The mode only picks the preset.
+        steps: training steps (each: roll out, score, correct, update).
+        group_size: G, rollouts per group; a group is G rollouts from ONE (task, initial state).
+        groups_per_step: groups per step, each a distinct (task, initial state), tasks in rotation.
+        seed: base seed of group choice, episode seeds, timestep sampling and shuffling.
+        policy, lora, env, ppo: see their classes.
+        world_model: the Robometer source (``tiny``, ``local`` = a checkpoint folder, ``http`` = its server).
+        score_world_model_in_sparse: also run Robometer in ``sparse`` mode (diagnostics only; it then
+            costs its compute for nothing the update uses).
+        corrector: the corrector configuration the mode's preset is applied on.
+        checkpoint_every: steps between checkpoints (the last step always writes one).
+        keep_checkpoints: checkpoints kept on disk (older ones are deleted; the final policy stays).
+        tensorboard: also write TensorBoard event files.
+        torch_threads: torch intra-op threads (``None``: torch's default). On a small, shared CPU one
+            thread is much faster than oversubscribed ones.
+    """
+
+    mode: Mode = "wmrl"
+    steps: int = 2000
+    group_size: int = 8
+    groups_per_step: int = 10
+    seed: int = 0
+    policy: PolicySpec = field(default_factory=PolicySpec)
+    lora: LoraSpec = field(default_factory=LoraSpec)
+    env: EnvSpec = field(default_factory=EnvSpec)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    world_model: RobometerSourceConfig = field(default_factory=_tiny_world_model)
+    score_world_model_in_sparse: bool = False
+    corrector: CorrectorConfig = field(default_factory=CorrectorConfig)
+    checkpoint_every: int = 20
+    keep_checkpoints: int = 2
+    tensorboard: bool = False
+    torch_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        require(self.mode in MODES, f"mode must be one of {sorted(MODES)}; got {self.mode!r}")
+        _positive_int("steps", self.steps)
+        _positive_int("group_size", self.group_size, 2)
+        _positive_int("groups_per_step", self.groups_per_step)
+        _positive_int("seed", self.seed, 0)
+        _positive_int("checkpoint_every", self.checkpoint_every)
+        _positive_int("keep_checkpoints", self.keep_checkpoints)
+        if self.torch_threads is not None:
+            _positive_int("torch_threads", self.torch_threads)
+        n_tasks, n_states = len(self.env.task_ids), len(self.env.state_ids)
+        per_task = -(-self.groups_per_step // n_tasks)
+        require(
+            per_task <= n_states,
+            f"groups_per_step ({self.groups_per_step}) over {n_tasks} task(s) needs {per_task} distinct initial "
+            f"states per task, but only {n_states} are trained on: the groups of one step are distinct",
+        )
+        require(
+            self.corrector.advantages.min_graded <= self.group_size,
+            f"corrector.advantages.min_graded ({self.corrector.advantages.min_graded}) exceeds group_size "
+            f"({self.group_size}): no group could ever produce advantages",
+        )
+        if self.uses_world_model:
+            require(
+                self.world_model.camera == self.env.camera,
+                f"world_model.camera ({self.world_model.camera!r}) must be the rendered camera env.camera "
+                f"({self.env.camera!r})",
+            )
+
+    @property
+    def corrector_preset(self) -> str:
+        return MODES[self.mode]
+
+    def resolved_corrector(self) -> CorrectorConfig:
+        """The corrector configuration in force: the mode's preset applied on ``corrector``."""
+        return CorrectorConfig.preset(self.corrector_preset, self.corrector)
+
+    @property
+    def uses_world_model(self) -> bool:
+        """Whether Robometer is loaded and run (always, except ``sparse`` without diagnostics)."""
+        return self.mode != "sparse" or self.score_world_model_in_sparse
+
+    @property
+    def uses_tiny_models(self) -> bool:
+        return self.policy.is_tiny or (self.uses_world_model and self.world_model.backend == "tiny")
+
+    def replace(self, **changes: Any) -> EmbodiedTrainConfig:
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+
+# -- presets -------------------------------------------------------------------------------------------
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # The CPU smoke run: the real simulator end to end in a few minutes. Tiny random MiniVLA, one task,
+    # one group of 2 rollouts, 12 policy steps per episode, one 64x64 camera, tiny random Robometer.
+    "smoke": {
+        "steps": 3,
+        "group_size": 2,
+        "groups_per_step": 1,
+        "policy": {"source": "tiny"},
+        "lora": {"enabled": True, "r": 4, "alpha": 8},
+        "env": {
+            "suite": "libero_10",
+            "tasks": [0],
+            "max_episode_steps": 12,
+            "camera": "agentview",
+            "image_size": 64,
+            "workers": 0,
+            "frame_stride": 1,
+        },
+        "ppo": {
+            "epochs": 2,
+            "minibatch_size": 8,
+            "microbatch_size": 8,
+            "timesteps_per_episode": 8,
+            "lr": 1e-3,
+        },
+        "world_model": {"backend": "tiny"},
+        # One group per step: with the default floor of one anchor group per step every group would be
+        # graded by the simulator (and a random policy never succeeds, so every advantage would be 0).
+        # Half the steps anchored instead, so both streams, the calibration and the update all run.
+        "corrector": {
+            "scheduler": {"fraction": 0.5, "floor": 0},
+            "debias": {"min_pairs": 2},
+            "fusion": {"min_groups": 1},
+        },
+        "checkpoint_every": 1,
+        "keep_checkpoints": 2,
+        "torch_threads": 1,
+    },
+}
+"""Named configurations for ``--config NAME``, as plain data over the defaults."""
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        raise ConfigError(f"config file {path} does not exist")
+    text = path.read_text()
+    if path.suffix == ".toml":
+        import tomllib
+
+        return tomllib.loads(text)
+    if path.suffix == ".json":
+        import json
+
+        return json.loads(text)
+    raise ConfigError(f"config file {path} must be .json or .toml")
+
+
+def load_train_config(
+    config: str | Path | Mapping[str, Any] | None = None, overrides: Sequence[str] = ()
+) -> EmbodiedTrainConfig:
+    """Build the training config from a preset name, a file or a dict, then ``key=value`` overrides.
+
+    Args:
+        config: ``None`` (defaults), a name in :data:`PRESETS` (``"smoke"``), a ``.json``/``.toml``
+            file (for example a run's ``config.json``) or a mapping.
+        overrides: ``a.b=value`` strings, values parsed as JSON where they parse
+            (``env.tasks=[0,1]``, ``ppo.lr=3e-5``, ``mode=sparse``).
+
+    Raises:
+        ConfigError: unknown preset/file, unknown key, wrong type or a broken rule (named).
+    """
+    if config is None:
+        data: dict[str, Any] = {}
+    elif isinstance(config, Mapping):
+        data = dict(config)
+    elif str(config) in PRESETS:
+        data = PRESETS[str(config)]
+    else:
+        path = Path(config)
+        if not path.suffix:
+            raise ConfigError(
+                f"--config {config!r} is neither a preset ({sorted(PRESETS)}) nor a .json/.toml file"
+            )
+        data = _read_file(path)
+    base = from_dict(EmbodiedTrainConfig, data)
+    if not overrides:
+        return base
+    return from_dict(EmbodiedTrainConfig, apply_overrides(to_dict(base), overrides))

@@ -1,0 +1,114 @@
+"""Build the policy to train and its frozen reference from :class:`~wmrl.embodied.training.config.PolicySpec`.
+
+* ``tiny``: the random tiny MiniVLA (seeded; rebuilt identically on resume).
+* a folder with ``minivla.json`` (``MiniVLAPolicy.save``, e.g. an SFT checkpoint). If it carries LoRA
+  adapters they are merged into the base weights first, so the RL adapters start from zero on top of
+  the loaded policy and "adapters off" is exactly that policy.
+* a Prismatic / openvla-mini run directory (``checkpoints/step-*.pt``).
+
+The reference policy of the KL term is the policy as it was before RL. With fresh LoRA adapters it
+is the same network with the adapters disabled (no second copy in memory); with full fine-tuning it
+is a frozen copy.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from wmrl.embodied.training.config import LoraSpec, PolicySpec
+from wmrl.embodied.training.update import LogProbFn
+
+__all__ = ["build_policy", "make_reference"]
+
+
+def _acting_config(spec: PolicySpec, image_key: str) -> Any:
+    from wmrl.embodied.policy.minivla_policy import MiniVLAPolicyConfig
+
+    return MiniVLAPolicyConfig(
+        image_key=image_key,
+        unnorm_key=spec.unnorm_key,
+        temperature=spec.temperature,
+        center_crop=spec.center_crop,
+        device=spec.device,
+        dtype=spec.dtype,
+        seed=0,  # re-seeded per episode by the rollout runner
+    )
+
+
+def _merge_saved_adapters(policy: Any) -> Any:
+    """A policy whose base weights hold the (merged) adapters of ``policy`` and that has no adapters."""
+    from wmrl.embodied.policy.minivla import MiniVLA
+    from wmrl.embodied.policy.minivla_policy import MiniVLAPolicy
+    from wmrl.embodied.policy.prismatic_checkpoint import load_into
+
+    merged = policy.merged_state_dict()
+    fresh = MiniVLAPolicy(
+        MiniVLA(policy.model.config), policy.tokenizer, policy.dataset_statistics, policy.config
+    )
+    tied = bool(policy.model.config.llm.get("tie_word_embeddings", False))
+    load_into(fresh.base_state_dict(keep_vars=True), merged, tied=tied)
+    return fresh
+
+
+def build_policy(spec: PolicySpec, lora: LoraSpec, image_key: str) -> Any:
+    """The MiniVLA policy to train, with LoRA applied (or projector + LLM trainable without LoRA).
+
+    Args:
+        spec: where the weights come from and how the policy samples.
+        lora: the adapters to add.
+        image_key: observation key of the rendered camera (``f"{camera}_image"``).
+
+    Raises:
+        FileNotFoundError: ``spec.source`` is neither ``tiny`` nor a policy folder.
+    """
+    from wmrl.embodied.policy.minivla_policy import MiniVLAPolicy
+
+    acting = _acting_config(spec, image_key)
+    if spec.is_tiny:
+        policy = MiniVLAPolicy.tiny(seed=spec.tiny_seed, config=acting)
+    else:
+        path = Path(spec.source).expanduser()
+        if (path / "minivla.json").is_file():
+            policy = MiniVLAPolicy.from_saved(path, config=acting)
+            if policy.lora is not None:
+                policy = _merge_saved_adapters(policy)
+        elif (path / "checkpoints").is_dir():
+            policy = MiniVLAPolicy.from_prismatic(
+                path, tokenizer_path=spec.tokenizer_path, config=acting, step=spec.checkpoint_step
+            )
+        else:
+            raise FileNotFoundError(
+                f"policy.source {str(path)!r} is neither 'tiny', a folder saved by MiniVLAPolicy.save "
+                "(minivla.json) nor a Prismatic run directory (checkpoints/step-*.pt)"
+            )
+    if lora.enabled:
+        policy.apply_lora(r=lora.r, alpha=lora.alpha, targets=lora.targets, dropout=lora.dropout)
+    else:
+        policy.set_trainable(vision=False, projector=True, llm=True)
+    policy.eval()
+    return policy
+
+
+def make_reference(policy: Any, lora: LoraSpec) -> LogProbFn:
+    """Log-probabilities under the policy as it was before training (see the module docstring)."""
+    if lora.enabled:
+        llm = policy.model.llm
+
+        def adapters_off(observations, instructions, token_ids) -> torch.Tensor:
+            with llm.disable_adapter():
+                return policy.action_log_probs(observations, instructions, np.asarray(token_ids))
+
+        return adapters_off
+    from wmrl.embodied.policy.minivla_policy import MiniVLAPolicy
+
+    frozen = MiniVLAPolicy(
+        copy.deepcopy(policy.model), policy.tokenizer, policy.dataset_statistics, policy.config
+    )
+    frozen.model.requires_grad_(False)
+    frozen.eval()
+    return frozen.action_log_probs
