@@ -34,7 +34,7 @@ from wmrl.core.config import require
 from wmrl.core.sources import Grade, Role
 from wmrl.embodied.worldmodel.backend import FramePredictions, RobometerBackend
 from wmrl.embodied.worldmodel.frames import subsample_frames
-from wmrl.embodied.worldmodel.scoring import SCORE_MODES, ScoreConfig, ScoreError, episode_score
+from wmrl.embodied.worldmodel.scoring import SCORE_MODES, ScoreConfig, ScoreError, ScoreMode, episode_score
 
 __all__ = [
     "EpisodeLike",
@@ -204,7 +204,7 @@ class RobometerSourceConfig:
     batch_size: int = 4
     camera: str = "agentview"
     num_frames: int = 8
-    mode: str = "potential"
+    mode: ScoreMode = "potential"
     k: int = 3
 
     def __post_init__(self) -> None:
@@ -250,7 +250,7 @@ def make_robometer_source(config: RobometerSourceConfig) -> RobometerSource:
             )
     return RobometerSource(
         backend=backend,
-        score_config=ScoreConfig(mode=config.mode, k=config.k),  # type: ignore[arg-type]
+        score_config=ScoreConfig(mode=config.mode, k=config.k),
         camera=config.camera,
         num_frames=config.num_frames,
     )

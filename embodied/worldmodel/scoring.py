@@ -27,7 +27,7 @@ import numpy as np
 
 from wmrl.core.config import require
 
-__all__ = ["SCORE_MODES", "ScoreConfig", "ScoreError", "episode_score"]
+__all__ = ["SCORE_MODES", "ScoreConfig", "ScoreError", "ScoreMode", "episode_score"]
 
 ScoreMode = Literal["potential", "final", "max", "success"]
 SCORE_MODES: tuple[str, ...] = ("potential", "final", "max", "success")

@@ -225,6 +225,13 @@ def test_source_config_is_validated():
         RobometerSourceConfig(backend="tiny", k=0)
     with pytest.raises(TypeError, match="predict"):
         RobometerSource(object())  # type: ignore[arg-type]
+    # it is a typed config: a training config can nest it and load it from TOML/JSON
+    from wmrl.core.config import from_dict, to_dict
+
+    config = RobometerSourceConfig(backend="http", url="http://gpu:8001", mode="final", k=2)
+    assert from_dict(RobometerSourceConfig, to_dict(config)) == config
+    with pytest.raises(ConfigError, match="unknown config key"):
+        from_dict(RobometerSourceConfig, {"backend": "tiny", "frames": 8})
 
 
 @pytest.mark.libero
