@@ -1,0 +1,1 @@
+"""Evaluation of a trained AutoResearch policy on held-out tasks (``wmrl eval autoresearch``)."""

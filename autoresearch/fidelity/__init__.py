@@ -1,0 +1,1 @@
+"""World-model fidelity against real execution (``wmrl wm-fidelity``)."""

@@ -1,0 +1,54 @@
+"""Trainer callbacks of a WMRL run: the run log (JSONL + TensorBoard) and the progress bar."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import TrainerCallback
+
+__all__ = ["RunLogCallback"]
+
+
+class RunLogCallback(TrainerCallback):
+    """Writes every TRL log (its metrics plus the corrector's ``wmrl/*`` and ``cost/*``) to a
+    :class:`~wmrl.core.runlog.RunWriter` and shows a progress bar over optimiser steps.
+
+    Args:
+        writer: the run's writer.
+        progress: show a tqdm bar (reward and realised anchor fraction as its postfix).
+        total: optimiser steps of the run.
+    """
+
+    def __init__(self, writer: Any, progress: bool = True, total: int | None = None) -> None:
+        self.writer = writer
+        self.progress = progress
+        self.total = total
+        self.bar = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.progress:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(
+                total=self.total or state.max_steps, initial=state.global_step, desc="GRPO", unit="step"
+            )
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs:
+            return
+        self.writer.log(state.global_step, logs)
+        if self.bar is not None:
+            shown = {}
+            for key, name in (("reward", "reward"), ("wmrl/anchor_fraction_realised", "anchors")):
+                if logs.get(key) is not None:
+                    shown[name] = f"{logs[key]:.3f}"
+            self.bar.set_postfix(shown, refresh=True)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.update(state.global_step - self.bar.n)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
