@@ -53,6 +53,12 @@ def register(root) -> None:
         "--memory-limit", type=int, metavar="MB", help="memory limit in MiB (default: the task's)"
     )
     grade.add_argument("--json", action="store_true", help="print one JSON object")
+    # Training, evaluation and world-model fidelity (handlers in wmrl.autoresearch.training.commands).
+    from wmrl.autoresearch.training.commands import register_eval, register_fidelity, register_train
+
+    register_train(root)
+    register_eval(root)
+    register_fidelity(root)
 
 
 def _summary(task) -> dict:
