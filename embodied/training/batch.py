@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SampleBatch", "build_samples", "choose_timesteps", "prune_observations"]
+__all__ = ["SampleBatch", "build_samples", "choose_timesteps", "keep_frame_window", "prune_observations"]
 
 _STREAM = 0x74_69_6D_65  # the timestep-choice random stream
 
@@ -47,6 +47,25 @@ def prune_observations(record: Any, keep: np.ndarray) -> None:
         )
     wanted = {int(t) for t in keep}
     record.observations = [o if t in wanted else None for t, o in enumerate(obs)]
+
+
+def keep_frame_window(record: Any, camera: str, num_frames: int) -> None:
+    """Cut, in place, ``record``'s frames to the ``num_frames`` Robometer reads (and drop other cameras).
+
+    The window is :func:`~wmrl.embodied.worldmodel.frames.subsample_indices` of the recorded frames, so
+    a source that subsamples ``num_frames`` from the cut record gets exactly these frames back and
+    scores the episode as it would have scored the whole video.
+    """
+    from wmrl.embodied.worldmodel.frames import subsample_indices
+
+    frames = record.frames.get(camera)
+    if frames is None or len(frames) == 0:
+        record.frames = {}
+        return
+    window = subsample_indices(len(frames), num_frames)
+    record.frames = {camera: frames[window]}
+    if len(record.frame_steps) == len(frames):
+        record.frame_steps = np.asarray(record.frame_steps)[window]
 
 
 @dataclass

@@ -86,8 +86,8 @@ def ppo_token_loss(
         raise ValueError("kl_beta > 0 needs ref_logp (the reference policy's log-probabilities)")
     if ref_logp is not None and ref_logp.shape != logp.shape:
         raise ValueError(f"ref_logp must be {tuple(logp.shape)}; got {tuple(ref_logp.shape)}")
-    old_logp = old_logp.detach().to(logp.dtype)
-    adv = advantages.detach().to(logp.dtype)
+    old_logp = old_logp.detach().to(logp.device, logp.dtype)
+    adv = advantages.detach().to(logp.device, logp.dtype)
     valid = torch.isfinite(adv)
     # Zero the masked advantages (NaN·0 would still be NaN in the backward pass), then drop their rows.
     adv = torch.where(valid, adv, torch.zeros_like(adv))[:, None]
@@ -97,7 +97,7 @@ def ppo_token_loss(
     token_loss = -surrogate
     kl = None
     if ref_logp is not None:  # logged even when it is not penalised
-        kl = kl_k3(logp, ref_logp.detach().to(logp.dtype))
+        kl = kl_k3(logp, ref_logp.detach().to(logp.device, logp.dtype))
         if kl_beta > 0:
             token_loss = token_loss + kl_beta * kl
     per_sample = token_loss.mean(dim=1)

@@ -36,7 +36,12 @@ from wmrl.core.runlog import RunWriter, plot_run
 from wmrl.core.sources import collect_grades
 from wmrl.embodied.env.config import LiberoEnvConfig
 from wmrl.embodied.rollout.records import EpisodeRecord
-from wmrl.embodied.training.batch import build_samples, choose_timesteps, prune_observations
+from wmrl.embodied.training.batch import (
+    build_samples,
+    choose_timesteps,
+    keep_frame_window,
+    prune_observations,
+)
 from wmrl.embodied.training.checkpoint import latest_checkpoint, save_checkpoint
 from wmrl.embodied.training.config import EmbodiedTrainConfig
 from wmrl.embodied.training.groups import GroupSpec, choose_groups, episode_specs, group_records
@@ -115,6 +120,14 @@ class EmbodiedTrainer:
             )
         if checkpoint is not None:
             self._check_resumable(checkpoint.trainer_state()["config"])
+        metrics = self.run_dir / "metrics.jsonl"
+        if checkpoint is None and metrics.exists() and metrics.stat().st_size > 0:
+            if not resume:
+                raise FileExistsError(
+                    f"{self.run_dir} holds the metrics of a run that never wrote a checkpoint; restart it "
+                    "from step 0 with --resume, or choose another --out"
+                )
+            metrics.write_text("")  # nothing to continue from: start the log over with the run
         if config.uses_tiny_models:
             warnings.warn(
                 "training with a tiny random-initialised model (policy.source=tiny or world_model.backend=tiny): "
@@ -241,13 +254,18 @@ class EmbodiedTrainer:
         )
         position = {id(s): i for i, s in enumerate(specs)}
 
-        def keep_update_observations(record: EpisodeRecord) -> None:
+        def keep_what_is_used(record: EpisodeRecord) -> None:
+            # Runs as each episode ends, so a step holds only what the update and Robometer will read:
+            # the observations of the chosen timesteps, and Robometer's window of frames (the same
+            # frames the source would subsample, so its scores are unchanged).
             i = position[id(record.spec)]
             keep = choose_timesteps(record.steps, cfg.ppo.timesteps_per_episode, cfg.seed, self.step, i)
             prune_observations(record, keep)
+            if self.world_model is not None:
+                keep_frame_window(record, cfg.env.camera, self.world_model.num_frames)
 
         with self.ledger.measure("generation", items=len(specs)):
-            records = self.runner.run(self.policy, specs, progress=keep_update_observations)
+            records = self.runner.run(self.policy, specs, progress=keep_what_is_used)
         return records
 
     def score(self, groups: list[GroupSpec], records: list[EpisodeRecord]) -> tuple[Correction, np.ndarray]:

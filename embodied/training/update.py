@@ -99,7 +99,7 @@ class PPOUpdater:
         old = self._frozen_log_probs(self.policy.action_log_probs, batch)
         ref = self._frozen_log_probs(self.reference, batch) if cfg.kl_beta > 0 else None
         metrics["ppo/behaviour_logp_gap"] = float(
-            np.max(np.abs(old.sum(dim=1).double().numpy() - batch.behaviour_logp))
+            np.max(np.abs(old.sum(dim=1).double().cpu().numpy() - batch.behaviour_logp))
         )
         adv = torch.as_tensor(batch.advantage, dtype=torch.float32)
         metrics["ppo/advantage_abs_mean"] = float(adv.abs().mean())

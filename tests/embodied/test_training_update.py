@@ -17,7 +17,7 @@ import torch
 from wmrl.core.corrector import Corrector
 from wmrl.embodied.rollout.records import EpisodeRecord
 from wmrl.embodied.training import LoraSpec, PolicySpec, PPOConfig, load_train_config
-from wmrl.embodied.training.batch import build_samples
+from wmrl.embodied.training.batch import build_samples, keep_frame_window
 from wmrl.embodied.training.checkpoint import list_checkpoints
 from wmrl.embodied.training.groups import GroupSpec, episode_specs
 from wmrl.embodied.training.policy_setup import build_policy, make_reference
@@ -162,6 +162,23 @@ def test_zero_samples_is_no_update():
     assert all(torch.equal(a, b) for a, b in zip(before, policy.trainable_parameters(), strict=True))
 
 
+def test_cutting_frames_to_robometers_window_keeps_its_score():
+    from wmrl.embodied.sources import RobometerSourceConfig, make_robometer_source
+
+    source = make_robometer_source(RobometerSourceConfig(backend="tiny"))
+    policy = _policy()
+    whole = synthetic_episodes(policy, [GroupSpec(1, 3)], 2, step=0, steps=20, size=32)
+    cut = synthetic_episodes(policy, [GroupSpec(1, 3)], 2, step=0, steps=20, size=32)
+    for record in cut:
+        keep_frame_window(record, "agentview", source.num_frames)
+        assert record.frames["agentview"].shape[0] == source.num_frames
+        assert record.frame_steps.tolist() == [0, 3, 6, 9, 11, 14, 17, 20]
+    full_grades, cut_grades = source.grade(whole), source.grade(cut)
+    assert [g.value for g in full_grades] == [g.value for g in cut_grades]
+    assert all(g.value is not None for g in cut_grades)
+    assert cut_grades[0].info["frame_steps"] == full_grades[0].info["frame_steps"]
+
+
 # -- checkpoint and resume -------------------------------------------------------------------------------
 
 
@@ -243,3 +260,14 @@ def test_resume_continues_bit_identically(tmp_path):
 
     loaded = load_policy(tmp_path / "a" / "checkpoints" / "step-000003" / "policy")
     assert all(torch.equal(x, y) for x, y in zip(loaded.trainable_parameters(), params_a, strict=True))
+
+
+def test_a_run_without_checkpoints_restarts_only_when_asked(tmp_path):
+    config = _train_config(steps=1)
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0, "time": 0.0}\n')
+    with pytest.raises(FileExistsError, match="never wrote a checkpoint"):
+        EmbodiedTrainer(config, tmp_path, progress=False)
+    with EmbodiedTrainer(config, tmp_path, resume=True, progress=False) as trainer:
+        assert trainer.step == 0
+    assert (tmp_path / "metrics.jsonl").read_text() == ""
+    assert json.loads((tmp_path / "config.json").read_text()) == config.to_dict()
