@@ -271,3 +271,30 @@ def test_a_run_without_checkpoints_restarts_only_when_asked(tmp_path):
         assert trainer.step == 0
     assert (tmp_path / "metrics.jsonl").read_text() == ""
     assert json.loads((tmp_path / "config.json").read_text()) == config.to_dict()
+
+
+@pytest.mark.parametrize("mode", ["sparse", "world_model", "wmrl"])
+def test_the_mode_decides_which_source_grades_the_groups(tmp_path, mode):
+    config = _train_config(steps=1).replace(mode=mode)
+    with EmbodiedTrainer(config, tmp_path, progress=False) as trainer:
+        groups = trainer.step_groups()
+        records = synthetic_episodes(trainer.policy, groups, config.group_size, 0)
+        result = trainer.learn(groups, records)
+        spent = {k: v.items for k, v in trainer.ledger.streams.items()}
+    success = np.array([r.success for r in records], dtype=float).reshape(len(groups), config.group_size)
+    anchor = result.correction.anchor
+    m = result.metrics
+    if mode == "sparse":  # real-signal GRPO: every group graded by the success flag, Robometer not run
+        assert trainer.world_model is None and anchor.all()
+        assert np.array_equal(result.correction.rewards, success)
+        assert spent["world_model"] == 0 and spent["anchor"] == len(records)
+        assert m["reward/robometer_reward_mean"] is None
+    elif mode == "world_model":  # raw Robometer on every group, no anchors
+        assert not anchor.any() and spent["anchor"] == 0 and spent["world_model"] == len(records)
+        assert m["reward/robometer_reward_mean"] == pytest.approx(m["reward/corrected_reward_mean"])
+    else:  # anchors graded by the flag, the rest by Robometer
+        assert anchor.any() and not anchor.all()
+        assert np.array_equal(result.correction.rewards[anchor], success[anchor])
+        assert spent["anchor"] == anchor.sum() * config.group_size and spent["world_model"] == len(records)
+    assert m["rollout/success_rate"] == pytest.approx(success.mean())
+    assert m["ppo/samples"] > 0 or np.all(np.nan_to_num(result.correction.advantages) == 0)
