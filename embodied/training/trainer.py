@@ -23,6 +23,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,20 +70,17 @@ ACCOUNTING_NOTE = (
 )
 
 
+@dataclass
 class StepResult:
-    """What one training step produced (for tests and callers that drive :meth:`EmbodiedTrainer.train_step`)."""
+    """What one training step produced (for callers that drive :meth:`EmbodiedTrainer.train_step`).
 
-    def __init__(
-        self,
-        groups: list[GroupSpec],
-        records: list[EpisodeRecord],
-        correction: Correction,
-        metrics: dict[str, Any],
-    ) -> None:
-        self.groups = groups
-        self.records = records
-        self.correction = correction
-        self.metrics = metrics
+    ``records`` are the step's episodes, group-major, with their frames and observations released.
+    """
+
+    groups: list[GroupSpec]
+    records: list[EpisodeRecord]
+    correction: Correction
+    metrics: dict[str, Any]
 
 
 def _nanmean(values: np.ndarray) -> float | None:
