@@ -29,8 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import sklearn
-from sklearn.isotonic import isotonic_regression
+from scipy.optimize import isotonic_regression
 
 from wmrl.core.advantages import centre_within_groups
 from wmrl.core.config import require
@@ -88,24 +87,26 @@ class IsotonicMap:
     def fit(
         cls, x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None, presorted: bool = False
     ) -> IsotonicMap:
-        """Weighted isotonic fit of ``y`` on ``x`` with scikit-learn's pool-adjacent-violators.
+        """Weighted isotonic fit of ``y`` on ``x``: scikit-learn's ``IsotonicRegression``, minus its overhead.
 
-        Equal ``x`` values are first pooled into their weighted mean (as ``IsotonicRegression``
-        does); then scikit-learn's ``isotonic_regression`` solves the ordered problem. Calling the
-        function on already-validated, sorted data skips the estimator's per-call validation and
-        sorting, which dominated the cost of refitting every step; the result equals
-        ``IsotonicRegression(out_of_bounds="clip")`` (checked in the tests).
+        Equal ``x`` values are first pooled into their weighted mean, as ``IsotonicRegression``
+        does; the ordered problem is then solved by ``scipy.optimize.isotonic_regression``, the
+        pool-adjacent-violators solver ``IsotonicRegression`` itself delegates to. Calling it on our
+        already-validated, already-sorted window skips the estimator's per-call validation and sort,
+        which dominated the cost of refitting every step. The result equals
+        ``IsotonicRegression(out_of_bounds="clip")`` on the same weighted data (checked in the tests).
         """
         weight = np.ones_like(x) if weight is None else np.asarray(weight, dtype=float)
         if not presorted:
             order = np.argsort(x, kind="mergesort")
             x, y, weight = x[order], y[order], weight[order]
-        knots, starts = np.unique(x, return_index=True)
+        # x is sorted: runs of equal values start where it changes (no second sort, unlike np.unique).
+        starts = np.flatnonzero(np.concatenate(([True], x[1:] != x[:-1])))
+        knots = x[starts]
         w_sum = np.add.reduceat(weight, starts)
         keep = w_sum > 0
         y_mean = np.add.reduceat(weight * y, starts)[keep] / w_sum[keep]
-        with sklearn.config_context(assume_finite=True, skip_parameter_validation=True):
-            fitted = isotonic_regression(y_mean, sample_weight=w_sum[keep], increasing=True)
+        fitted = isotonic_regression(y_mean, weights=w_sum[keep], increasing=True).x
         return cls(knots[keep], fitted)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
@@ -141,7 +142,9 @@ class OnlineDebiaser:
         self._x = np.empty(0)
         self._y = np.empty(0)
         self._step = np.empty(0, dtype=np.int64)
-        self._key = np.empty(0, dtype=object)
+        self._key = np.empty(0, dtype=np.int64)  # per-pair key as a code into self._key_names
+        self._key_names: list[str] = []
+        self._key_codes: dict[str, int] = {}
         self._seq = np.empty(0, dtype=np.int64)  # arrival order, to drop the oldest pairs
         self._next_seq = 0
         self.pooled: IsotonicMap | None = None
@@ -185,12 +188,13 @@ class OnlineDebiaser:
             )
         if not (np.all(np.isfinite(wm)) and np.all(np.isfinite(real))):
             raise ValueError("debiaser pairs must be finite: drop unknown (None/NaN) scores before observing")
-        key_arr = np.array([""] * m if keys is None else [str(k) for k in keys], dtype=object)
-        if key_arr.shape != (m,):
-            raise ValueError(f"got {key_arr.size} keys for {m} pairs")
+        key_names = [""] * m if keys is None else [str(k) for k in keys]
+        if len(key_names) != m:
+            raise ValueError(f"got {len(key_names)} keys for {m} pairs")
+        key_arr = np.fromiter((self._code(k) for k in key_names), dtype=np.int64, count=m)
         diagnostics: dict[str, float | None] = {"pairs_new": float(m)}
         if m:
-            calibrated = self.calibrate(wm, key_arr)
+            calibrated = self.calibrate(wm, key_names)
             reduction, ss_raw, ss_cal = within_group_bias_reduction(wm, calibrated, real, group_ids)
             diagnostics.update(
                 prequential_mse_raw=float(np.mean((wm - real) ** 2)),
@@ -219,6 +223,13 @@ class OnlineDebiaser:
         self.last_diagnostics = diagnostics
         return diagnostics
 
+    def _code(self, key: str) -> int:
+        code = self._key_codes.get(key)
+        if code is None:
+            code = self._key_codes[key] = len(self._key_names)
+            self._key_names.append(key)
+        return code
+
     def _weights(self, now: int) -> np.ndarray:
         if self.config.half_life_steps is None:
             return np.ones(self._x.size)
@@ -233,10 +244,10 @@ class OnlineDebiaser:
         self.pooled = IsotonicMap.fit(self._x, self._y, weights, presorted=True)
         self.per_key = {}
         if self.config.per_key:
-            for key in np.unique(self._key):
-                sel = self._key == key
+            for code in np.unique(self._key):
+                sel = self._key == code
                 if sel.sum() >= self.config.min_key_pairs and np.unique(self._x[sel]).size >= 2:
-                    self.per_key[str(key)] = (
+                    self.per_key[self._key_names[code]] = (
                         IsotonicMap.fit(self._x[sel], self._y[sel], weights[sel], presorted=True),
                         float(weights[sel].sum()),
                     )
@@ -292,7 +303,7 @@ class OnlineDebiaser:
             "x": self._x.copy(),
             "y": self._y.copy(),
             "step": self._step.copy(),
-            "key": [str(k) for k in self._key],
+            "key": [self._key_names[c] for c in self._key],
             "seq": self._seq.copy(),
             "next_seq": self._next_seq,
             "pooled": None
@@ -306,7 +317,8 @@ class OnlineDebiaser:
         self._x = np.asarray(state["x"], dtype=float).copy()
         self._y = np.asarray(state["y"], dtype=float).copy()
         self._step = np.asarray(state["step"], dtype=np.int64).copy()
-        self._key = np.array(list(state["key"]), dtype=object)
+        self._key_names, self._key_codes = [], {}
+        self._key = np.array([self._code(str(k)) for k in state["key"]], dtype=np.int64)
         self._seq = np.asarray(state["seq"], dtype=np.int64).copy()
         self._next_seq = int(state["next_seq"])
         pooled = state["pooled"]
