@@ -120,6 +120,13 @@ def register_eval(root) -> None:
     sub.add_argument(
         "--max-new-tokens", type=int, default=384, metavar="N", help="generated tokens per rollout"
     )
+    sub.add_argument(
+        "--overview-tokens",
+        type=int,
+        default=400,
+        metavar="N",
+        help="token budget of the task overview in the prompt (default 400, as in training)",
+    )
     sub.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7)")
     sub.add_argument(
         "--backend",
@@ -153,6 +160,7 @@ def _eval(args: argparse.Namespace) -> int:
             samples=args.samples,
             train_tasks=args.train_tasks,
             max_new_tokens=args.max_new_tokens,
+            overview_tokens=args.overview_tokens,
             temperature=args.temperature,
             backend=args.backend,
             time_limit_s=args.time_limit,

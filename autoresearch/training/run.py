@@ -161,7 +161,12 @@ def run_training(
         log: where progress lines go.
     """
     started = time.perf_counter()
+    import warnings
+
     import torch
+
+    # transformers warns on every step that TRL passes the old name of gradient checkpointing
+    warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.*deprecated", category=FutureWarning)
     from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
@@ -258,6 +263,12 @@ def run_training(
         final = out / "final"
         trainer.save_model(str(final))
         trainer.save_wmrl_state(final)
+        # the base model's *spec*, so `wmrl eval` finds the base of a LoRA adapter on another machine too
+        (final / "wmrl_policy.json").write_text(
+            json.dumps(
+                {"base": config.model.path, "lora": config.model.lora.enabled, "mode": config.mode}, indent=2
+            )
+        )
         report = trainer.ledger.report()
         report.update(
             mode=config.mode,

@@ -18,17 +18,16 @@ from typing import Any
 
 __all__ = ["TINY_CODER_REPLIES", "train_tiny_coder"]
 
-_VALID = """Predict the mean of y.
+_VALID = """Predict a constant.
 ```python
 import os
 import pandas as pd
-d = os.environ["DATA_DIR"]
-t = pd.read_csv(d + "/test.csv")
-t["y"] = pd.read_csv(d + "/train.csv")["y"].mean()
+t = pd.read_csv(os.environ["DATA_DIR"] + "/test.csv")
+t["y"] = 0.5
 t[["id", "y"]].to_csv(os.environ["SUBMISSION_PATH"], index=False)
 ```"""
 
-_CRASH = """Read the target.
+_CRASH = """Print the target.
 ```python
 import os
 import pandas as pd
@@ -55,7 +54,7 @@ TINY_CODER_REPLIES: tuple[str, ...] = (_VALID, _CRASH, _NO_SUBMISSION, _SYNTAX)
 def train_tiny_coder(
     prompts: Sequence[Sequence[dict[str, str]]],
     replies: Sequence[str] = TINY_CODER_REPLIES,
-    steps: int = 60,
+    steps: int = 120,
     seed: int = 0,
     hidden_size: int = 64,
     save_to: str | os.PathLike | None = None,

@@ -1,0 +1,89 @@
+"""Evaluation maths (valid rate, avg@k, category means, overall = mean over categories) and the
+held-out check (evaluated tasks disjoint from the training tasks, or a loud error)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from wmrl.autoresearch.evaluation.report import RolloutGrade, aggregate, task_report
+from wmrl.autoresearch.evaluation.run import EvalError, check_disjoint, resolve_eval_tasks, training_tasks_of
+
+
+def g(status, position=None, reward=None):
+    return RolloutGrade(status, position, reward)
+
+
+def test_task_report_by_hand():
+    grades = [
+        g("valid", 0.8, 0.9),
+        g("valid", 0.4, 0.7),
+        g("runtime_error", None, 0.1),
+        g("harness_error"),  # unknown: in neither denominator
+        g("malformed", None, 0.0),
+    ]
+    r = task_report("t", "binary", grades)
+    assert (r.samples, r.graded) == (5, 4)
+    assert r.valid_rate == 0.5
+    assert r.avg_position == pytest.approx((0.8 + 0.4) / 4)  # invalid rollouts count 0
+    assert r.avg_position == pytest.approx(r.valid_rate * r.mean_valid_position)
+    assert r.mean_valid_position == pytest.approx(0.6)
+    assert r.mean_reward == pytest.approx((0.9 + 0.7 + 0.1 + 0.0) / 4)
+    assert r.statuses == {"valid": 2, "runtime_error": 1, "harness_error": 1, "malformed": 1}
+    none_valid = task_report("u", "regression", [g("syntax_error", None, 0.0)] * 3)
+    assert (
+        none_valid.valid_rate == 0 and none_valid.avg_position == 0 and none_valid.mean_valid_position is None
+    )
+    unknown = task_report("v", "regression", [g("harness_error")] * 2)
+    assert unknown.valid_rate is None and unknown.avg_position is None
+    with pytest.raises(ValueError, match="position"):
+        g("valid")
+    with pytest.raises(ValueError, match="no rollouts"):
+        task_report("w", "binary", [])
+
+
+def test_overall_is_the_mean_over_categories_not_over_tasks():
+    tasks = [
+        task_report("b1", "binary", [g("valid", 1.0, 1.0)]),  # 1.0
+        task_report("b2", "binary", [g("valid", 0.5, 0.75)]),  # 0.5
+        task_report("b3", "binary", [g("valid", 0.0, 0.5)]),  # 0.0  -> binary mean 0.5
+        task_report("r1", "regression", [g("valid", 0.9, 0.95), g("runtime_error", None, 0.1)]),  # 0.45
+        task_report("x", "multiclass", [g("harness_error")]),  # no graded rollout: left out
+    ]
+    report = aggregate(tasks, model="m", split="eval", samples=2)
+    assert report.categories == {"binary": pytest.approx(0.5), "regression": pytest.approx(0.45)}
+    assert report.overall == pytest.approx((0.5 + 0.45) / 2)
+    assert report.overall_task_mean == pytest.approx((1.0 + 0.5 + 0.0 + 0.45) / 4)
+    data = report.to_dict()
+    assert "mean over categories" in data["averages"]
+    json.dumps(data)  # serialisable
+    text = report.format()
+    assert "overall (mean over categories):  47.5 %" in text
+
+
+def test_disjointness_check_fails_loudly(tmp_path):
+    from wmrl.autoresearch.tasks.suite import EVAL_TASKS, TRAIN_TASKS
+
+    name, refs = resolve_eval_tasks("eval")
+    assert name == "eval" and refs == list(EVAL_TASKS)
+    check_disjoint(EVAL_TASKS, TRAIN_TASKS, "the bundled training split")  # the suite's split is disjoint
+    with pytest.raises(EvalError, match=r"overlap.*wine-cultivar"):
+        check_disjoint(["wine-cultivar", "taxi-tip"], TRAIN_TASKS, "x")
+    # the training tasks of a run are read from its config.json
+    run = tmp_path / "run"
+    (run / "final").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"tasks": {"ids": ["taxi-tip"], "split": "train"}}))
+    ids, source = training_tasks_of(run / "final")
+    assert ids == ["taxi-tip"] and source.endswith("config.json")
+    with pytest.raises(EvalError, match="taxi-tip"):
+        check_disjoint(EVAL_TASKS, ids, source)
+    # an explicit list wins
+    assert training_tasks_of(run / "final", "wine-cultivar,penguin-body-mass")[0] == [
+        "wine-cultivar",
+        "penguin-body-mass",
+    ]
+    # no run config: the bundled training split
+    assert training_tasks_of(tmp_path / "nowhere") == (list(TRAIN_TASKS), "the bundled training split")
+    with pytest.raises(EvalError, match="no tasks"):
+        resolve_eval_tasks(" , ")
