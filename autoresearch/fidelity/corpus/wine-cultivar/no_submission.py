@@ -1,0 +1,8 @@
+import os
+
+import pandas as pd
+
+d = os.environ["DATA_DIR"]
+train = pd.read_csv(os.path.join(d, "train.csv"))
+print(train.describe())
+print(train["cultivar"].value_counts())

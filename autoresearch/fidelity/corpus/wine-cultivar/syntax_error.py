@@ -1,0 +1,7 @@
+import os
+
+import pandas as pd
+
+d = os.environ["DATA_DIR"]
+train = pd.read_csv(os.path.join(d, "train.csv")
+print(train.shape)
