@@ -36,11 +36,10 @@ def register_train(root) -> None:
     )
     sub.add_argument("--out", metavar="DIR", help="the run directory (default: runs/autoresearch-<time>)")
     sub.add_argument(
-        "--resume",
-        nargs="?",
-        const="latest",
-        metavar="CHECKPOINT",
-        help="continue the run in --out from its latest checkpoint (or from CHECKPOINT)",
+        "--resume", action="store_true", help="continue the run in --out from its latest checkpoint"
+    )
+    sub.add_argument(
+        "--resume-from", metavar="CHECKPOINT", help="continue the run in --out from this checkpoint folder"
     )
     sub.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
     sub.add_argument(
@@ -65,14 +64,18 @@ def _train(args: argparse.Namespace) -> int:
 
     out = args.out or time.strftime("runs/autoresearch-%Y%m%d-%H%M%S")
     resume = None
-    if args.resume:
+    if args.resume or args.resume_from:
         if not args.out:
             return _fail("--resume needs --out (the run directory to continue)")
-        resume = True if args.resume == "latest" else args.resume
+        resume = args.resume_from or True
     try:
         result = run_training(config, out, resume=resume)
     except (ModelNotFoundError, TaskError, SandboxUnavailable, FileExistsError) as err:
         return _fail(str(err))
+    except ValueError as err:
+        if resume is None:
+            raise
+        return _fail(f"cannot resume {out}: {err}")  # e.g. the checkpoint's corrector was configured differently
     est = result.cost_report.get("real_mode_estimate", {})
     print(f"[wmrl] run directory: {result.run_dir} ({result.wall_s:.0f} s)")
     print(

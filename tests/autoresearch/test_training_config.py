@@ -1,0 +1,80 @@
+"""The training configuration: embedded defaults, strict loading, overrides, validation, the prompt dataset."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from wmrl.autoresearch.training.config import TrainConfig
+from wmrl.core.config import ConfigError, from_dict, load_config, to_dict
+
+
+def test_defaults_are_the_embedded_quickstart():
+    c = TrainConfig()
+    assert c.mode == "wmrl"
+    assert c.model.path == "smollm2" and c.world_model.path is None  # a frozen copy of the agent's backbone
+    assert c.model.device == "cpu" and c.sandbox.backend == "bwrap"
+    assert c.tasks.split == "train" and not c.tasks.ids
+    assert c.world_model.scoring == "status_probs"  # one prefill per script
+    assert 1 <= c.grpo.steps <= 5 and c.grpo.group_size >= 2 and c.episode.turns == 1
+    assert from_dict(TrainConfig, json.loads(json.dumps(to_dict(c)))) == c
+
+
+def test_overrides_and_the_mode_preset():
+    c = load_config(TrainConfig, None, ["mode=real", "grpo.steps=5", "corrector.scheduler.fraction=0.25"])
+    assert c.mode == "real" and c.grpo.steps == 5
+    assert c.corrector.scheduler.fraction == 0.25  # the base the preset is applied to
+    assert c.effective_corrector().scheduler.fraction == 1.0  # real: every group executed
+    wm = load_config(TrainConfig, None, ["mode=world_model"]).effective_corrector()
+    assert wm.scheduler.fraction == 0.0 and wm.scheduler.floor == 0 and not wm.debias.enabled
+    assert TrainConfig().effective_corrector() == TrainConfig().corrector
+
+
+def test_files_and_strictness(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('mode = "world_model"\n[grpo]\nsteps = 2\ngroup_size = 3\n[tasks]\nids = ["wine-cultivar"]\n')
+    c = load_config(TrainConfig, path, ["grpo.steps=4"])
+    assert (c.mode, c.grpo.steps, c.grpo.group_size, c.tasks.ids) == ("world_model", 4, 3, ("wine-cultivar",))
+    with pytest.raises(ConfigError, match=r"grpo\.stepz"):
+        load_config(TrainConfig, None, ["grpo.stepz=3"])
+    with pytest.raises(ConfigError, match="group_size must be an integer >= 2"):
+        load_config(TrainConfig, None, ["grpo.group_size=1"])
+    with pytest.raises(ConfigError, match="mode"):
+        load_config(TrainConfig, None, ["mode=both"])
+    with pytest.raises(ConfigError, match="duplicates"):
+        load_config(TrainConfig, None, ['tasks.ids=["a", "a"]'])
+    with pytest.raises(ConfigError, match="active_share must be 0"):
+        load_config(TrainConfig, None, ["episode.turns=2", "corrector.scheduler.active_share=0.5"])
+    with pytest.raises(ConfigError, match="sandbox.backend"):
+        load_config(TrainConfig, None, ["sandbox.backend=chroot"])
+
+
+def test_cli_prints_the_resolved_config_and_rejects_bad_ones(capsys):
+    from wmrl.core.cli import main
+
+    assert main(["train", "autoresearch", "--print-config", "grpo.steps=2"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert from_dict(TrainConfig, printed) == load_config(TrainConfig, None, ["grpo.steps=2"])
+    assert main(["train", "autoresearch", "grpo.nope=1"]) == 2
+    assert "grpo.nope" in capsys.readouterr().err
+
+
+@pytest.mark.pandas
+def test_training_tasks_and_prompt_rows():
+    from wmrl.autoresearch.tasks import TaskError
+    from wmrl.autoresearch.tasks.suite import TRAIN_TASKS
+    from wmrl.autoresearch.training.data import build_prompt_rows, resolve_training_tasks
+
+    tasks = resolve_training_tasks(limit=2, time_limit_s=30.0, memory_limit_mb=1024)
+    assert [t.ref for t in tasks] == list(TRAIN_TASKS[:2])
+    assert all(t.task.time_limit_s == 30.0 and t.task.memory_limit_mb == 1024 for t in tasks)
+    with pytest.raises(TaskError, match="held-out evaluation task"):
+        resolve_training_tasks(["wine-cultivar", "taxi-tip"])
+    rows = build_prompt_rows(tasks, turns=3, prompts_per_task=2, libraries=("numpy",))
+    assert [r["prompt_id"] for r in rows] == [f"{t.task.id}#{k}" for t in tasks for k in range(2)]
+    assert len({r["prompt_id"] for r in rows}) == 4
+    system, user = rows[0]["prompt"]
+    assert system["role"] == "system" and "up to 3 attempts" in system["content"]
+    assert user["role"] == "user" and "SUBMISSION CONTRACT" in user["content"] and "30 s" in user["content"]
+    assert rows[0]["task_ref"] == TRAIN_TASKS[0] and rows[0]["task_id"] == TRAIN_TASKS[0]
