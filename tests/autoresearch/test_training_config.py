@@ -33,7 +33,9 @@ def test_overrides_and_the_mode_preset():
 
 def test_files_and_strictness(tmp_path):
     path = tmp_path / "c.toml"
-    path.write_text('mode = "world_model"\n[grpo]\nsteps = 2\ngroup_size = 3\n[tasks]\nids = ["wine-cultivar"]\n')
+    path.write_text(
+        'mode = "world_model"\n[grpo]\nsteps = 2\ngroup_size = 3\n[tasks]\nids = ["wine-cultivar"]\n'
+    )
     c = load_config(TrainConfig, path, ["grpo.steps=4"])
     assert (c.mode, c.grpo.steps, c.grpo.group_size, c.tasks.ids) == ("world_model", 4, 3, ("wine-cultivar",))
     with pytest.raises(ConfigError, match=r"grpo\.stepz"):
@@ -46,7 +48,7 @@ def test_files_and_strictness(tmp_path):
         load_config(TrainConfig, None, ['tasks.ids=["a", "a"]'])
     with pytest.raises(ConfigError, match="active_share must be 0"):
         load_config(TrainConfig, None, ["episode.turns=2", "corrector.scheduler.active_share=0.5"])
-    with pytest.raises(ConfigError, match="sandbox.backend"):
+    with pytest.raises(ConfigError, match=r"sandbox\.backend"):
         load_config(TrainConfig, None, ["sandbox.backend=chroot"])
 
 
