@@ -75,7 +75,9 @@ def _train(args: argparse.Namespace) -> int:
     except ValueError as err:
         if resume is None:
             raise
-        return _fail(f"cannot resume {out}: {err}")  # e.g. the checkpoint's corrector was configured differently
+        return _fail(
+            f"cannot resume {out}: {err}"
+        )  # e.g. the checkpoint's corrector was configured differently
     est = result.cost_report.get("real_mode_estimate", {})
     print(f"[wmrl] run directory: {result.run_dir} ({result.wall_s:.0f} s)")
     print(
