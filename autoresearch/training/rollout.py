@@ -207,6 +207,8 @@ def multi_turn_rollout(trainer: WMRLGRPOTrainer, prompts: list) -> dict[str, Any
                 future.result()
 
         for i in range(n):
+            if anchor[i] and trainer._turn_real:
+                step.statuses.append(items[i].status if exact[i] else real_out[i].feedback.status)
             if exact[i]:
                 item = items[i]
                 feedback = item.feedback or ExecutionFeedback(

@@ -47,6 +47,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from wmrl.autoresearch.agent.episode import EpisodeConfig
+from wmrl.autoresearch.grading.ladder import STATUSES as LADDER_STATUSES
 from wmrl.autoresearch.training.streams import (
     Exact,
     ItemFn,
@@ -69,6 +70,9 @@ __all__ = [
 ]
 
 MODES = ("real", "world_model", "wmrl")
+#: Outcomes of real executions logged as ``anchor_status/<status>`` shares (the grading ladder's
+#: statuses, ``malformed`` for replies without a script, ``unknown`` for a source without statuses).
+ANCHOR_STATUSES = (*LADDER_STATUSES, "malformed", "unknown")
 #: File names inside every checkpoint folder.
 CORRECTOR_FILE = "wmrl_corrector.json"
 LEDGER_FILE = "wmrl_ledger.json"
@@ -116,6 +120,8 @@ class _Step:
     plan: Plan | None = None
     correction: Correction | None = None
     seconds: dict[str, float] = field(default_factory=dict)
+    #: statuses of this rank's real executions (anchor rollouts; every turn when K > 1)
+    statuses: list[str] = field(default_factory=list)
 
     def add_time(self, name: str, seconds: float) -> None:
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
@@ -212,6 +218,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
             )
         self.episode = episode or EpisodeConfig()
         multi_turn = self.episode.turns > 1
+        self._turn_real = self._turn_wm = None  # per-turn graders of the K-turn rollout
         if multi_turn:
             if corrector.config.scheduler.active_share > 0:
                 raise ValueError(
@@ -384,6 +391,9 @@ class WMRLGRPOTrainer(GRPOTrainer):
         for name in ("generation", "world_model", "anchor", "corrector"):
             if name in step.seconds:
                 metrics[f"cost/{name}_s"].append(step.seconds[name])
+        if step.statuses:  # every status every time, so averages over logging windows stay shares
+            for status in ANCHOR_STATUSES:
+                metrics[f"anchor_status/{status}"].append(step.statuses.count(status) / len(step.statuses))
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         step = self._wmrl_step
@@ -431,8 +441,10 @@ class WMRLGRPOTrainer(GRPOTrainer):
             wm_rows = []
         anchor_local = self._local_anchor_rows(step)
         for i, item in enumerate(items):
-            if anchor_local[i] and exact[i] and item.value is not None:
-                out[i, 2] = item.value
+            if anchor_local[i] and exact[i]:
+                step.statuses.append(item.status)
+                if item.value is not None:
+                    out[i, 2] = item.value
         anchor_rows = [i for i in range(n) if anchor_local[i] and not exact[i]]
         # Rollouts graded exactly (no script) cost nothing in either stream; booking them as free items
         # keeps the per-item costs, and so the ledger's real-mode estimate, true to the whole mix.
@@ -473,6 +485,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
         grades = self._grades(self.wmrl_anchor, [items[i] for i in rows], "anchor", step)
         for i, grade in zip(rows, grades, strict=True):
             out[i, 2] = _nan(grade.value)
+            step.statuses.append(grade.status or "unknown")
 
     # ------------------------------------------------------------------ checkpoints
 

@@ -35,7 +35,6 @@ def test_feedback_suffix_closes_the_turn_and_opens_the_next():
 
 @pytest.mark.trl
 @pytest.mark.bwrap
-@pytest.mark.slow
 def test_two_turn_rollout(tmp_path):
     from datasets import Dataset
     from trl import GRPOConfig

@@ -184,6 +184,12 @@ def test_two_steps_use_the_correctors_rewards_and_advantages(tmp_path, mode):
     assert {k for k in logged if k.startswith("wmrl/")} <= set(METRICS)
     if mode == "real":
         assert "wmrl/unknown_world_model" not in logged
+    # shares of the real executions' statuses (closed-form sources report none: "unknown")
+    shares = {k: v for k, v in logged.items() if k.startswith("anchor_status/")}
+    if mode == "world_model":
+        assert not shares
+    else:
+        assert shares["anchor_status/unknown"] == 1.0 and sum(shares.values()) == 1.0
 
 
 def test_fusion_weights_multiply_advantages_not_rewards(tmp_path):
