@@ -227,6 +227,11 @@ def register_fidelity(root) -> None:
         "--samples", type=int, default=4, help="world-model samples per script (--scoring samples)"
     )
     sub.add_argument(
+        "--worked-example",
+        choices=("on", "off"),
+        help="the worked example in the world model's prompt (default: on for --scoring samples, off for status_probs)",
+    )
+    sub.add_argument(
         "--backend",
         default="bwrap",
         choices=("bwrap", "docker", "subprocess", "auto"),
@@ -259,6 +264,7 @@ def _fidelity(args: argparse.Namespace) -> int:
             backend=args.backend,
             seed=args.seed,
             out_dir=out,
+            worked_example=None if args.worked_example is None else args.worked_example == "on",
         )
     except (ModelNotFoundError, TaskError, FidelityError) as err:
         return _fail(str(err))

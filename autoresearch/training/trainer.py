@@ -34,6 +34,7 @@ import json
 import math
 import os
 import time
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -255,6 +256,12 @@ class WMRLGRPOTrainer(GRPOTrainer):
         if self.num_generations < 2:
             raise ValueError(
                 f"GRPO groups need at least 2 rollouts; num_generations is {self.num_generations}"
+            )
+        if self.accelerator.device.type == "cpu" and (args.bf16 or args.gradient_checkpointing):
+            warnings.warn(
+                "GRPO on a CPU with bf16 or gradient checkpointing runs several times slower; pass "
+                "GRPOConfig(use_cpu=True, bf16=False, gradient_checkpointing=False)",
+                stacklevel=2,
             )
         if ledger is None:
             held = float(self.accelerator.num_processes) if self.accelerator.device.type == "cuda" else 0.0

@@ -2,11 +2,13 @@ import os
 
 import pandas as pd
 from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 
 d = os.environ["DATA_DIR"]
 train = pd.read_csv(os.path.join(d, "train.csv"))
 test = pd.read_csv(os.path.join(d, "test.csv"))
 features = [c for c in test.columns if c != "id"]
-model = LogisticRegression(max_iter=5000).fit(train[features], train["malignant"])
+model = make_pipeline(StandardScaler(), LogisticRegression()).fit(train[features], train["malignant"])
 sub = pd.DataFrame({"id": test["id"], "malignant": model.predict_proba(test[features])[:, 1]})
 sub.to_csv("predictions.csv", index=False)  # a file of its own choosing, not SUBMISSION_PATH
