@@ -154,46 +154,37 @@ def plot_run(run_dir: str | Path, debiaser: Any = None, reward_key: str | None =
         plt.close(fig)
         written.append(plots / "calibration.png")
 
-    def series(key: str) -> tuple[list[int], list[float]]:
-        pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
-        return [p[0] for p in pts], [p[1] for p in pts]
-
-    if any("wmrl/weight_anchor" in r for r in rows):
+    def line_plot(name: str, title: str, curves: list[tuple[str, str]]) -> None:
+        """One PNG of metric curves over steps; ``curves`` = (metric key, legend label)."""
         fig, ax = plt.subplots(figsize=(7, 4))
-        for key, label in (
-            ("wmrl/weight_anchor", "anchor group weight"),
-            ("wmrl/weight_world_model", "world-model group weight"),
-            ("wmrl/anchor_fraction_realised", "anchor fraction (realised)"),
-        ):
-            xs, ys = series(key)
-            if xs:
-                ax.plot(xs, ys, label=label)
+        for key, label in curves:
+            points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+            if points:
+                ax.plot([p[0] for p in points], [p[1] for p in points], label=label)
         ax.set_xlabel("step")
-        ax.set_title("Fusion weights and anchor fraction")
+        ax.set_title(title)
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        fig.savefig(plots / "weights.png", dpi=110)
+        fig.savefig(plots / name, dpi=110)
         plt.close(fig)
-        written.append(plots / "weights.png")
+        written.append(plots / name)
 
+    if any("wmrl/weight_anchor" in r for r in rows):
+        line_plot(
+            "weights.png",
+            "Fusion weights and anchor fraction",
+            [
+                ("wmrl/weight_anchor", "anchor group weight"),
+                ("wmrl/weight_world_model", "world-model group weight"),
+                ("wmrl/anchor_fraction_realised", "anchor fraction (realised)"),
+            ],
+        )
     keys = (
         [reward_key]
         if reward_key
         else sorted({k for r in rows for k in r if k.endswith(("reward", "reward_mean"))})
     )
     if keys:
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for key in keys:
-            xs, ys = series(key)
-            if xs:
-                ax.plot(xs, ys, label=key)
-        ax.set_xlabel("step")
-        ax.set_title("Reward")
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(plots / "reward.png", dpi=110)
-        plt.close(fig)
-        written.append(plots / "reward.png")
+        line_plot("reward.png", "Reward", [(k, k) for k in keys])
     return written
