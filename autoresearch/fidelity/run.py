@@ -38,7 +38,7 @@ class FidelityItem(dict):
 
 
 def _agent_items(
-    agent, task_refs: list[str], per_task: int, seed: int, max_new_tokens: int, log
+    agent, task_refs: list[str], per_task: int, seed: int, max_new_tokens: int, overview_tokens: int, log
 ) -> list[FidelityItem]:
     from wmrl.autoresearch.agent.actions import parse_action
     from wmrl.autoresearch.llm import SamplingConfig, TransformersBackend
@@ -47,7 +47,9 @@ def _agent_items(
     from wmrl.autoresearch.training.run import AGENT_LIBRARIES
 
     tasks = [TrainingTask(ref, load_task(ref)) for ref in task_refs]
-    rows = build_prompt_rows(tasks, tokens=agent.tokenizer, libraries=AGENT_LIBRARIES)
+    rows = build_prompt_rows(
+        tasks, overview_tokens=overview_tokens, tokens=agent.tokenizer, libraries=AGENT_LIBRARIES
+    )
     engine = TransformersBackend(agent.model, agent.tokenizer, model_id=agent.model_id)
     t0 = time.perf_counter()
     replies = engine.complete(
@@ -169,7 +171,7 @@ def run_fidelity(
 
         refs = [t.strip() for t in tasks.split(",")] if tasks else list(TRAIN_TASKS[:3])
         policy = loaded if agent in (None, model) else load_policy(agent, device=device)
-        items = _agent_items(policy, refs, per_task, seed, max_new_tokens, log)
+        items = _agent_items(policy, refs, per_task, seed, max_new_tokens, overview_tokens, log)
         time_limit, memory = 60.0, 2048
         source = f"agent {agent or model}"
     budget = OverviewConfig(max_tokens=overview_tokens)

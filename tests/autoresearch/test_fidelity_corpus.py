@@ -101,3 +101,37 @@ def test_wm_fidelity_on_a_corpus(tmp_path):
     cal = report["calibration"]
     assert cal["fit_items"] + cal["report_items"] == 6 and cal["calibrated"] is not None
     assert report["seconds"]["sandbox"] > 0 and report["seconds"]["world_model"] > 0
+
+
+@pytest.mark.bwrap
+@pytest.mark.transformers
+@pytest.mark.matplotlib
+def test_wm_fidelity_on_agent_solutions(tmp_path):
+    """Solutions sampled from an agent (the random tiny model: no script, so every reply is
+    ``malformed`` for both graders, exactly, and nothing runs)."""
+    from wmrl.autoresearch.fidelity.run import run_fidelity
+    from wmrl.autoresearch.llm.tiny import save_tiny_model
+    from wmrl.autoresearch.tasks.toy import make_toy_task
+
+    make_toy_task(tmp_path, "toy-regression")
+    make_toy_task(tmp_path, "toy-binary", kind="binary")
+    model = save_tiny_model(tmp_path / "tiny")
+    report = run_fidelity(
+        model=str(model),
+        solutions="agent",
+        tasks=f"{tmp_path / 'toy-regression'},{tmp_path / 'toy-binary'}",
+        per_task=3,
+        max_new_tokens=8,
+        overview_tokens=1500,
+        out_dir=tmp_path / "out",
+        log=lambda *_: None,
+    )
+    rows = report["rows"]
+    assert len(rows) == 6 and {r["group"] for r in rows} == {"toy-regression", "toy-binary"}
+    for r in rows:
+        assert r["real_status"] == "malformed" and r["real_reward"] == 0.0
+        assert r["wm_status"] == "malformed" and r["wm_score"] == 0.0 and r["wm_source"] == "gate"
+    assert report["status_accuracy"] == 1.0 and report["score"]["reward_mae"] == 0.0
+    assert (
+        report["score"]["pairs"] == 0 and report["score"]["pairwise_accuracy"] is None
+    )  # no signal to order
