@@ -6,6 +6,8 @@
 * ``wmrl tasks show TASK [--json]``: one task (a bundled id or a task folder in any supported format).
 * ``wmrl grade TASK SOLUTION.py [--backend B] [--time-limit S] [--memory-limit MB] [--json]``: run a
   solution in the sandbox and print its grade.
+* ``wmrl train autoresearch``, ``wmrl eval autoresearch``, ``wmrl wm-fidelity``: GRPO training, held-out
+  evaluation and world-model fidelity (``wmrl.autoresearch.training.commands``).
 """
 
 from __future__ import annotations

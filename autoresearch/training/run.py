@@ -284,6 +284,8 @@ def run_training(
         log("[wmrl] cost per stream:\n" + trainer.ledger.format())
         if config.logging.plots:
             plot_run(out, corrector.debiaser, reward_key="reward")
+            if not corrector.debiaser.n_pairs:
+                log(f"[wmrl] no calibration pairs in mode {config.mode}: plots/calibration.png is not drawn")
         checkpoints = sorted(
             (out / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.rsplit("-", 1)[1])
         )
