@@ -111,3 +111,10 @@ def test_wheel_contains_every_package(tmp_path):
     for package in config["packages"]:
         assert package.replace(".", "/") + "/__init__.py" in names, f"{package} missing from the wheel"
     assert "wmrl/core/cli.py" in names
+
+
+def test_test_file_names_are_unique():
+    """pytest imports test files by basename (no __init__.py in tests/): a duplicate breaks collection."""
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    assert not duplicates, f"rename these test files so their names are unique: {duplicates}"
