@@ -137,6 +137,15 @@ class Sandbox(ABC):
     @abstractmethod
     def _run(self, code: str, data_dir: Path, limits: Limits, execution_id: str) -> ExecutionResult: ...
 
+    def tmp_mount_points(self) -> list[str]:
+        """Entries a fresh run finds in its temp folder that the sandbox itself put there.
+
+        Empty for every backend except when a host folder the sandbox must bind (the interpreter,
+        its packages) lives under ``/tmp`` on the host: bubblewrap then creates its parent folder in
+        the sandbox's private ``/tmp`` as a mount point. Not state left by a solution.
+        """
+        return []
+
     @abstractmethod
     def protections(self) -> dict[str, str]:
         """Protection -> how this backend provides it here (or ``"NO: ..."``). For docs and logs."""

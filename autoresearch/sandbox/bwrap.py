@@ -161,6 +161,10 @@ class BwrapSandbox(LocalSandbox):
         (self._etc / "group").write_text(_GROUP)
         (self._etc / "hosts").write_text(_HOSTS)
 
+    def tmp_mount_points(self) -> list[str]:
+        tmp = Path(INSIDE_TMP)
+        return sorted({r.relative_to(tmp).parts[0] for r in self._roots if tmp in r.parents})
+
     def protections(self) -> dict[str, str]:
         cg = self.cgroup_support
         return {

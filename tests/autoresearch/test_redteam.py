@@ -165,7 +165,7 @@ def assert_next_run_clean(sb, task: Task) -> None:
     res = run(sb, CLEAN_CHECK, task)
     assert res.status == "ok", res
     seen = json.loads(res.stdout_tail)
-    assert seen["cwd"] == [] and seen["tmp"] == []
+    assert seen["cwd"] == [] and seen["tmp"] == sb.tmp_mount_points()
     assert seen["files"] == ["sample_submission.csv", "test.csv", "train.csv"]
     h = hashlib.sha256()
     for p in sorted(task.public.rglob("*")):

@@ -262,7 +262,7 @@ def test_work_dir_is_fresh_each_time(sb, data):
         "import os, tempfile\nprint(sorted(os.listdir('.')), sorted(os.listdir(tempfile.gettempdir())))",
         data,
     )
-    assert second.stdout_tail.strip() == "[] []"
+    assert second.stdout_tail.strip() == f"[] {sb.tmp_mount_points()}"
 
 
 def test_gpu_request(sb, data):
