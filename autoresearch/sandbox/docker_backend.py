@@ -41,7 +41,7 @@ from .cgroups import CgroupStats
 from .environment import interpreter_roots, sandbox_env
 from .limits import Limits
 from .result import ExecutionResult
-from .supervisor import RawOutcome, Tail, _FrameReader, classify, host_deadline_s
+from .supervisor import RawOutcome, Tail, _FrameReader, classify, host_deadline_s, relay_chunk
 
 __all__ = ["DockerSandbox", "docker_problem"]
 
@@ -296,19 +296,7 @@ class DockerSandbox(Sandbox):
         timer.start()
         try:
             for chunk in container.logs(stdout=True, stderr=False, stream=True, follow=True):
-                if out.host_kill is not None:
-                    continue
-                try:
-                    reader.feed(chunk)
-                except ValueError as exc:
-                    out.protocol_error = f"bad launcher frame: {exc}"
-                    kill("protocol", out.protocol_error)
-                    continue
-                if out.stdout.total + out.stderr.total > limits.output_bytes:
-                    kill(
-                        "output",
-                        f"output limit: the solution wrote more than {limits.output_bytes} bytes to stdout/stderr",
-                    )
+                relay_chunk(out, reader, chunk, limits, kill)
         finally:
             timer.cancel()
             reader.close()

@@ -192,6 +192,28 @@ class _FrameReader:
             self.out.protocol_error = f"{len(self.buf)} bytes of an incomplete launcher frame"
 
 
+def relay_chunk(
+    out: RawOutcome, reader: _FrameReader, data: bytes, limits: Limits, kill: Callable[[str, str], None]
+) -> None:
+    """Feed one chunk of the launcher's framed stream; kill on a forged frame or too much output.
+
+    Shared by every backend's host side. After a kill the rest of the stream is drained and ignored.
+    """
+    if out.host_kill is not None:
+        return
+    try:
+        reader.feed(data)
+    except ValueError as exc:
+        out.protocol_error = f"bad launcher frame: {exc}"
+        kill("protocol", out.protocol_error)
+        return
+    if out.stdout.total + out.stderr.total > limits.output_bytes:
+        kill(
+            "output",
+            f"output limit: the solution wrote more than {limits.output_bytes} bytes to stdout/stderr",
+        )
+
+
 def host_deadline_s(limits: Limits) -> float:
     """Seconds after spawn at which the host kills an execution the launcher did not stop.
 
@@ -285,19 +307,7 @@ def supervise(
                 if fd == fd_err:
                     out.launcher_stderr.add(data)
                     continue
-                if out.host_kill is not None:
-                    continue  # killed: drain and ignore
-                try:
-                    reader.feed(data)
-                except ValueError as exc:
-                    out.protocol_error = f"bad launcher frame: {exc}"
-                    kill("protocol", out.protocol_error)
-                    continue
-                if out.stdout.total + out.stderr.total > limits.output_bytes:
-                    kill(
-                        "output",
-                        f"output limit: the solution wrote more than {limits.output_bytes} bytes to stdout/stderr",
-                    )
+                relay_chunk(out, reader, data, limits, kill)
             now = time.monotonic()
             if killed_at is None and now >= deadline:
                 kill(

@@ -45,19 +45,6 @@ ALL = [*ISOLATING, "subprocess"]
 # -- fixtures ------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def sandboxes(tmp_path_factory):
-    made = {}
-
-    def get(name: str, **options):
-        key = (name, tuple(sorted(options.items())))
-        if key not in made:
-            made[key] = make_sandbox(name, output_root=tmp_path_factory.mktemp(f"rt-{name}"), **options)
-        return made[key]
-
-    return get
-
-
 @pytest.fixture(params=ALL)
 def sb(request, sandboxes):
     return sandboxes(request.param)

@@ -49,19 +49,6 @@ ALLOWED_ENV = {
 }
 
 
-@pytest.fixture(scope="module")
-def sandboxes(tmp_path_factory):
-    made = {}
-
-    def get(name: str, **options):
-        key = (name, tuple(sorted(options.items())))
-        if key not in made:
-            made[key] = make_sandbox(name, output_root=tmp_path_factory.mktemp(f"out-{name}"), **options)
-        return made[key]
-
-    return get
-
-
 @pytest.fixture(params=BACKENDS)
 def sb(request, sandboxes):
     return sandboxes(request.param)
