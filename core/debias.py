@@ -203,25 +203,32 @@ class OnlineDebiaser:
                 within_group_ss_raw=ss_raw,
                 within_group_ss_calibrated=ss_cal,
             )
-            # The window is kept sorted by world-model score, so each refit skips the sort. A stable
-            # sort of (sorted window + new pairs) is a merge: linear time on nearly sorted input.
-            x = np.concatenate([self._x, wm])
-            order = np.argsort(x, kind="stable")
-            self._x = x[order]
-            self._y = np.concatenate([self._y, real])[order]
-            self._step = np.concatenate([self._step, np.full(m, int(step), dtype=np.int64)])[order]
-            self._seq = np.concatenate([self._seq, self._next_seq + np.arange(m)])[order]
-            self._key = np.concatenate([self._key, key_arr])[order]
-            self._next_seq += m
-            excess = self._x.size - self.config.max_pairs
-            if excess > 0:
-                oldest = np.argpartition(self._seq, excess - 1)[:excess]
-                keep = np.ones(self._x.size, dtype=bool)
-                keep[oldest] = False
-                self._x, self._y, self._step = self._x[keep], self._y[keep], self._step[keep]
-                self._seq, self._key = self._seq[keep], self._key[keep]
+            self._insert_sorted(wm, real, int(step), key_arr)
         self.last_diagnostics = diagnostics
         return diagnostics
+
+    def _insert_sorted(self, wm: np.ndarray, real: np.ndarray, step: int, key_arr: np.ndarray) -> None:
+        """Insert new pairs into the window kept sorted by world-model score; drop the oldest beyond the cap.
+
+        Keeping the window sorted lets each refit skip the sort. The few new pairs are sorted and
+        placed after any equal scores already there (``side="right"``), which is exactly the order a
+        stable sort of (window + new pairs) gives, at the cost of one copy of the window.
+        """
+        m = wm.size
+        order = np.argsort(wm, kind="stable")
+        at = np.searchsorted(self._x, wm[order], side="right")
+        self._x = np.insert(self._x, at, wm[order])
+        self._y = np.insert(self._y, at, real[order])
+        self._step = np.insert(self._step, at, np.full(m, step, dtype=np.int64))
+        self._seq = np.insert(self._seq, at, self._next_seq + order)
+        self._key = np.insert(self._key, at, key_arr[order])
+        self._next_seq += m
+        if self._x.size > self.config.max_pairs:
+            # The window always holds the newest pairs, so the oldest are those with the smallest
+            # arrival numbers: everything before the last ``max_pairs`` arrivals goes.
+            keep = self._seq >= self._next_seq - self.config.max_pairs
+            self._x, self._y, self._step = self._x[keep], self._y[keep], self._step[keep]
+            self._seq, self._key = self._seq[keep], self._key[keep]
 
     def _code(self, key: str) -> int:
         code = self._key_codes.get(key)
@@ -237,7 +244,8 @@ class OnlineDebiaser:
 
     def refit(self, step: int) -> bool:
         """Refit the maps on the window (once per step). Returns whether a fitted map is in use."""
-        if not self.config.enabled or self.n_pairs < self.config.min_pairs or np.unique(self._x).size < 2:
+        # The window is sorted, so "at least two distinct scores" is "first differs from last".
+        if not self.config.enabled or self.n_pairs < self.config.min_pairs or self._x[0] == self._x[-1]:
             # Too little (or degenerate) evidence: keep the previous map; identity before the first fit.
             return self.calibrated
         weights = self._weights(step)

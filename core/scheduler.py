@@ -188,17 +188,18 @@ class AnchorScheduler:
         self, k: int, draws: np.ndarray, tasks: list[str], taken: np.ndarray, fraction: float
     ) -> np.ndarray:
         mask = np.zeros(len(draws), dtype=bool)
-        free = [int(i) for i in np.argsort(draws, kind="stable") if not taken[i]]
+        by_draw = np.argsort(draws, kind="stable")
+        free = by_draw[~taken[by_draw]].tolist()
         if not self.config.stratify:
             mask[free[:k]] = True
             return mask
         # A task's deficit = anchors owed for its share of groups so far (this step included)
         # minus anchors it got. The most indebted task goes next; hashes order within a task.
         deficit: dict[str, float] = {}
-        for i, t in enumerate(tasks):
+        for t, was_taken in zip(tasks, taken.tolist(), strict=True):
             if t not in deficit:
                 deficit[t] = fraction * self._seen.get(t, 0) - self._anchored.get(t, 0)
-            deficit[t] += fraction - float(taken[i])
+            deficit[t] += fraction - float(was_taken)
         queues: dict[str, list[int]] = {}
         for i in free:
             queues.setdefault(tasks[i], []).append(i)
@@ -212,7 +213,7 @@ class AnchorScheduler:
         """Record a step's selection (call once per step, with the mask :meth:`select` returned)."""
         mask = np.asarray(mask, dtype=bool)
         tasks = [""] * len(mask) if task_keys is None else [str(t) for t in task_keys]
-        for t, chosen in zip(tasks, mask, strict=True):
+        for t, chosen in zip(tasks, mask.tolist(), strict=True):
             self._seen[t] = self._seen.get(t, 0) + 1
             self._anchored[t] = self._anchored.get(t, 0) + int(chosen)
         self.total_groups += len(mask)

@@ -48,6 +48,27 @@ def test_matches_sklearn_on_the_same_weighted_data():
     np.testing.assert_allclose(d.calibrate(grid), ref.predict(grid), atol=1e-12)
 
 
+
+def test_window_keeps_the_newest_pairs_and_fits_them_like_sklearn():
+    """A capped window (with tied scores) holds exactly the last ``max_pairs`` pairs, sorted."""
+    cfg = DebiasConfig(min_pairs=10, max_pairs=50, half_life_steps=4.0)
+    d = OnlineDebiaser(cfg)
+    rng = np.random.default_rng(3)
+    xs, ys, steps = [], [], []
+    for step in range(9):
+        real = rng.random(12)
+        wm = np.round(0.3 + 0.5 * real + rng.normal(0, 0.1, 12), 1)  # rounding makes many ties
+        d.observe(step, wm, real, np.zeros(12))
+        xs.append(wm), ys.append(real), steps.append(np.full(12, step))
+    d.refit(8)
+    x, y, s = (np.concatenate(a)[-50:] for a in (xs, ys, steps))
+    assert d.n_pairs == 50
+    assert np.all(np.diff(d._x) >= 0)
+    np.testing.assert_array_equal(np.sort(d._y), np.sort(y))
+    ref = IsotonicRegression(out_of_bounds="clip").fit(x, y, sample_weight=0.5 ** ((8 - s) / 4.0))
+    grid = np.linspace(-0.5, 1.5, 101)
+    np.testing.assert_allclose(d.calibrate(grid), ref.predict(grid), atol=1e-12)
+
 @settings(max_examples=50, deadline=None)
 @given(st.integers(0, 10_000))
 def test_map_is_monotone(seed):
