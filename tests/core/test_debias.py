@@ -48,7 +48,6 @@ def test_matches_sklearn_on_the_same_weighted_data():
     np.testing.assert_allclose(d.calibrate(grid), ref.predict(grid), atol=1e-12)
 
 
-
 def test_window_keeps_the_newest_pairs_and_fits_them_like_sklearn():
     """A capped window (with tied scores) holds exactly the last ``max_pairs`` pairs, sorted."""
     cfg = DebiasConfig(min_pairs=10, max_pairs=50, half_life_steps=4.0)
@@ -68,6 +67,7 @@ def test_window_keeps_the_newest_pairs_and_fits_them_like_sklearn():
     ref = IsotonicRegression(out_of_bounds="clip").fit(x, y, sample_weight=0.5 ** ((8 - s) / 4.0))
     grid = np.linspace(-0.5, 1.5, 101)
     np.testing.assert_allclose(d.calibrate(grid), ref.predict(grid), atol=1e-12)
+
 
 @settings(max_examples=50, deadline=None)
 @given(st.integers(0, 10_000))
