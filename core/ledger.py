@@ -14,7 +14,7 @@ and the report says so.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -68,6 +68,30 @@ class CostLedger:
     def count_rollouts(self, n: int) -> None:
         """Rollouts the run graded in total (by either source): the real-mode counterfactual's workload."""
         self.graded_rollouts += int(n)
+
+    @classmethod
+    def merged(cls, states: Sequence[dict[str, Any]]) -> CostLedger:
+        """One ledger from the ledgers of several ranks (their :meth:`state_dict`), summed.
+
+        Every field adds up: wall seconds become rank-seconds (the compute all ranks spent, the
+        paper's GPU-hours when each rank holds one accelerator), accelerators held are those of all
+        ranks together, and graded rollouts are every rank's own. Per-item costs and the real-mode
+        estimate of the merged ledger are then those of the whole run.
+        """
+        if not states:
+            raise ValueError("merged() needs at least one ledger state")
+        out = cls(dict.fromkeys(cls.STREAMS, 0.0))
+        for state in states:
+            for name, held in state["accelerators"].items():
+                out.accelerators[name] = out.accelerators.get(name, 0.0) + float(held)
+            for name, fields in state["streams"].items():
+                cost = out.streams.setdefault(name, StreamCost())
+                cost.wall_s += float(fields["wall_s"])
+                cost.accel_s += float(fields["accel_s"])
+                cost.items += int(fields["items"])
+                cost.calls += int(fields["calls"])
+            out.graded_rollouts += int(state["graded_rollouts"])
+        return out
 
     def report(self) -> dict[str, Any]:
         """Spent per stream, totals, and the estimated cost of grading every rollout by real execution."""

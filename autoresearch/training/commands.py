@@ -72,12 +72,18 @@ def _train(args: argparse.Namespace) -> int:
         result = run_training(config, out, resume=resume)
     except (ModelNotFoundError, TaskError, SandboxUnavailable, FileExistsError) as err:
         return _fail(str(err))
+    except ConfigError as err:
+        return _fail(f"invalid training config: {err}")
     except ValueError as err:
         if resume is None:
             raise
         return _fail(
             f"cannot resume {out}: {err}"
         )  # e.g. the checkpoint's corrector was configured differently
+    finally:
+        _end_process_group()
+    if not result.main:
+        return 0  # under torchrun / accelerate launch the main process reports the run
     est = result.cost_report.get("real_mode_estimate", {})
     print(f"[wmrl] run directory: {result.run_dir} ({result.wall_s:.0f} s)")
     print(
@@ -91,6 +97,14 @@ def _train(args: argparse.Namespace) -> int:
     print(f"[wmrl]   trained policy: {result.final_model}")
     print(f"[wmrl]   evaluate it: wmrl eval autoresearch --model {result.final_model}")
     return 0
+
+
+def _end_process_group() -> None:
+    """Close the process group of a multi-process launch (leaving it open can abort at exit)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 # ---------------------------------------------------------------------------------------- eval

@@ -9,6 +9,10 @@ The run directory::
     RUN/cost_report.json     seconds per stream and the estimated cost of the same run in `real` mode
     RUN/checkpoints/checkpoint-N/   TRL checkpoints, each with the corrector's state and the ledger
     RUN/final/               the trained policy (LoRA adapter or full model + tokenizer) for `wmrl eval autoresearch`
+
+Several processes (``torchrun`` / ``accelerate launch`` of ``python -m wmrl.core.cli train
+autoresearch``): every rank trains and scores its slice, the main process alone writes the run
+directory, and the cost report is the sum of every rank's ledger (rank-seconds).
 """
 
 from __future__ import annotations
@@ -43,14 +47,38 @@ class RunResult:
     cost_report: dict[str, Any]
     wall_s: float
     metrics_rows: int
+    #: processes that trained together, and whether this is the main one (which wrote the run)
+    processes: int = 1
+    main: bool = True
 
 
 def _device(config: TrainConfig) -> str:
-    if config.model.device != "auto":
-        return config.model.device
-    import torch
+    """The device of this process's models: under a multi-process launch each rank uses its own GPU."""
+    device = config.model.device
+    if device == "auto":
+        import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and "LOCAL_RANK" in os.environ:
+        device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
+    return device
+
+
+def _quiet(*_: Any) -> None:
+    """The progress log of a process that is not the main one (the main one speaks for the run)."""
+
+
+class _SilentWriter:
+    """The run writer of a process that is not the main one: the main process writes the run."""
+
+    def log(self, step: int, metrics: Any) -> None:
+        pass
+
+    def write_json(self, name: str, data: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def build_anchor(config: TrainConfig, tasks_by_ref: dict[str, Any]):
@@ -167,6 +195,7 @@ def run_training(
 
     # transformers warns on every step that TRL passes the old name of gradient checkpointing
     warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.*deprecated", category=FutureWarning)
+    from accelerate import PartialState
     from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
@@ -175,22 +204,36 @@ def run_training(
     from wmrl.autoresearch.training.callbacks import RunLogCallback
     from wmrl.autoresearch.training.data import build_prompt_rows, resolve_training_tasks
     from wmrl.autoresearch.training.trainer import WMRLGRPOTrainer
+    from wmrl.core.config import ConfigError
     from wmrl.core.corrector import Corrector
     from wmrl.core.ledger import CostLedger
     from wmrl.core.runlog import RunWriter, plot_run
 
     out = Path(out_dir)
+    device = _device(config)
+    on_cpu = device == "cpu"
+    # One process, or one of several ranks; the process group starts here (gloo on CPUs).
+    processes = PartialState(cpu=on_cpu)
     if (out / "metrics.jsonl").exists() and not resume:
         raise FileExistsError(
             f"{out} already holds a run (metrics.jsonl); choose another --out, or pass --resume to continue it"
         )
-    device = _device(config)
-    writer = RunWriter(out, config, tensorboard=config.logging.tensorboard)
-    try:
-        sb = config.sandbox
-        tasks = resolve_training_tasks(
-            config.tasks.ids, config.tasks.limit, sb.time_limit_s, sb.memory_limit_mb
+    # Tasks and the batch are checked before anything is written, so a bad config leaves no run behind.
+    sb = config.sandbox
+    tasks = resolve_training_tasks(config.tasks.ids, config.tasks.limit, sb.time_limit_s, sb.memory_limit_mb)
+    prompts = len(tasks) * config.tasks.prompts_per_task
+    if prompts < config.grpo.prompts_per_step * processes.num_processes:
+        raise ConfigError(
+            f"{processes.num_processes} process(es) x grpo.prompts_per_step {config.grpo.prompts_per_step} "
+            f"need that many distinct prompts per step, but {len(tasks)} tasks x tasks.prompts_per_task "
+            f"{config.tasks.prompts_per_task} give {prompts}: raise tasks.prompts_per_task or add tasks"
         )
+    processes.wait_for_everyone()  # every rank has checked before the main one creates the run
+    main = processes.is_main_process
+    writer = RunWriter(out, config, tensorboard=config.logging.tensorboard) if main else _SilentWriter()
+    if not main:
+        log = _quiet
+    try:
         tasks_by_ref = {t.ref: t.task for t in tasks}
         log(f"[wmrl] mode {config.mode}; {len(tasks)} training tasks; device {device}")
         t0 = time.perf_counter()
@@ -214,9 +257,9 @@ def run_training(
             libraries=AGENT_LIBRARIES,
         )
         dataset = Dataset.from_list(rows)
-        held = 0.0
-        if device == "cuda":
-            held = float(max(torch.cuda.device_count(), 1))
+        held = 0.0  # accelerators this process holds: its own GPU per rank, all GPUs for one process
+        if device.startswith("cuda"):
+            held = 1.0 if processes.num_processes > 1 else float(max(torch.cuda.device_count(), 1))
         ledger = CostLedger(
             {"generation": held, "update": held, "world_model": min(held, 1.0), "anchor": 0.0}
         )
@@ -251,7 +294,7 @@ def run_training(
             episode=episode,
             ledger=ledger,
             peft_config=peft_config,
-            callbacks=[RunLogCallback(writer, config.logging.progress, config.grpo.steps)],
+            callbacks=[RunLogCallback(writer, config.logging.progress and main, config.grpo.steps)],
         )
         # our own bar and log writer replace transformers' (which print every log dict to stdout)
         trainer.remove_callback(ProgressCallback)
@@ -263,13 +306,15 @@ def run_training(
         final = out / "final"
         trainer.save_model(str(final))
         trainer.save_wmrl_state(final)
-        # the base model's *spec*, so `wmrl eval` finds the base of a LoRA adapter on another machine too
-        (final / "wmrl_policy.json").write_text(
-            json.dumps(
-                {"base": config.model.path, "lora": config.model.lora.enabled, "mode": config.mode}, indent=2
+        if main:  # the base model's *spec*, so `wmrl eval` finds the base of a LoRA adapter elsewhere too
+            (final / "wmrl_policy.json").write_text(
+                json.dumps(
+                    {"base": config.model.path, "lora": config.model.lora.enabled, "mode": config.mode},
+                    indent=2,
+                )
             )
-        )
-        report = trainer.ledger.report()
+        ledger = trainer.merged_ledger()  # every rank's costs (a collective: all ranks call it)
+        report = ledger.report()
         report.update(
             mode=config.mode,
             steps=trainer.state.global_step,
@@ -278,11 +323,12 @@ def run_training(
                 name: (c["wall_s"] / c["items"] if c["items"] else None)
                 for name, c in report["spent"].items()
             },
-            accelerators_held=dict(trainer.ledger.accelerators),
+            accelerators_held=dict(ledger.accelerators),
+            processes=processes.num_processes,
         )
         writer.write_json("cost_report.json", report)
-        log("[wmrl] cost per stream:\n" + trainer.ledger.format())
-        if config.logging.plots:
+        log("[wmrl] cost per stream:\n" + ledger.format())
+        if config.logging.plots and main:
             plot_run(out, corrector.debiaser, reward_key="reward")
             if not corrector.debiaser.n_pairs:
                 log(f"[wmrl] no calibration pairs in mode {config.mode}: plots/calibration.png is not drawn")
@@ -291,14 +337,17 @@ def run_training(
         )
     finally:
         writer.close()
+    processes.wait_for_everyone()  # the main process has written everything
     wall = time.perf_counter() - started
     rows_logged = len((out / "metrics.jsonl").read_text().splitlines())
     summary = {
         "wall_s": wall,
         "final_model": str(final),
         "last_checkpoint": str(checkpoints[-1]) if checkpoints else None,
+        "processes": processes.num_processes,
     }
-    (out / "run_summary.json").write_text(json.dumps(summary, indent=2))
+    if main:
+        (out / "run_summary.json").write_text(json.dumps(summary, indent=2))
     return RunResult(
         run_dir=out,
         final_model=final,
@@ -306,4 +355,6 @@ def run_training(
         cost_report=report,
         wall_s=wall,
         metrics_rows=rows_logged,
+        processes=processes.num_processes,
+        main=main,
     )

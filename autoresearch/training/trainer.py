@@ -253,6 +253,15 @@ class WMRLGRPOTrainer(GRPOTrainer):
             raise ValueError(
                 "K-turn rollouts generate with the in-process transformers model; set use_vllm=False"
             )
+        prompts_needed = self.args.generation_batch_size // self.num_generations
+        if hasattr(train_dataset, "__len__") and len(train_dataset) < prompts_needed:
+            # TRL's sampler drops an incomplete batch: too few prompts and training stops at step 0, silently.
+            raise ValueError(
+                f"one generation batch needs {prompts_needed} distinct prompts (per-device batch "
+                f"{self.args.per_device_train_batch_size} x {self.accelerator.num_processes} processes x "
+                f"{self.args.steps_per_generation} steps per generation / {self.num_generations} rollouts), "
+                f"but the training dataset has {len(train_dataset)}: add prompts or shrink the batch"
+            )
         if self.num_generations < 2:
             raise ValueError(
                 f"GRPO groups need at least 2 rollouts; num_generations is {self.num_generations}"
@@ -264,7 +273,8 @@ class WMRLGRPOTrainer(GRPOTrainer):
                 stacklevel=2,
             )
         if ledger is None:
-            held = float(self.accelerator.num_processes) if self.accelerator.device.type == "cuda" else 0.0
+            # This process's accelerators (1 per rank; all visible GPUs for a single-process run).
+            held = float(max(self.args.n_gpu, 1)) if self.accelerator.device.type == "cuda" else 0.0
             ledger = CostLedger({"generation": held, "update": held, "world_model": held, "anchor": 0.0})
         self.ledger = ledger
         self.add_callback(_OptimizerTimer(self))
@@ -395,12 +405,20 @@ class WMRLGRPOTrainer(GRPOTrainer):
             if value is None or (self.mode == "real" and key == "wmrl/unknown_world_model"):
                 continue  # unknown is not zero; real mode has no world model to be unknown
             metrics[key].append(float(value))
+        # Each rank timed and executed only its own slice; the log (written by rank 0) describes the
+        # whole batch: seconds summed over ranks (rank-seconds), statuses of every rank's executions.
+        seconds: dict[str, float] = {}
+        statuses: list[str] = []
+        for rank_seconds, rank_statuses in gather_object([(step.seconds, step.statuses)]):
+            for name, value in rank_seconds.items():
+                seconds[name] = seconds.get(name, 0.0) + value
+            statuses.extend(rank_statuses)
         for name in ("generation", "world_model", "anchor", "corrector"):
-            if name in step.seconds:
-                metrics[f"cost/{name}_s"].append(step.seconds[name])
-        if step.statuses:  # every status every time, so averages over logging windows stay shares
+            if name in seconds:
+                metrics[f"cost/{name}_s"].append(seconds[name])
+        if statuses:  # every status every time, so averages over logging windows stay shares
             for status in ANCHOR_STATUSES:
-                metrics[f"anchor_status/{status}"].append(step.statuses.count(status) / len(step.statuses))
+                metrics[f"anchor_status/{status}"].append(statuses.count(status) / len(statuses))
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         step = self._wmrl_step
@@ -425,7 +443,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
         start = time.perf_counter()
         correction = self.corrector.correct(step.plan, wm, real, var if known_var.any() else None)
         step.add_time("corrector", time.perf_counter() - start)
-        self.ledger.count_rollouts(int(gathered.shape[0]))
+        self.ledger.count_rollouts(step.n_local)  # this rank's; merged_ledger() sums the ranks
         step.correction = correction
         rewards = torch.tensor(correction.rewards.reshape(-1, 1), dtype=torch.float32, device=device)
         return rewards
@@ -498,19 +516,33 @@ class WMRLGRPOTrainer(GRPOTrainer):
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
-        if self.args.should_save:
-            folder = os.path.join(
-                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            )
-            self.save_wmrl_state(folder)
+        folder = os.path.join(
+            self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        )
+        self.save_wmrl_state(folder)  # every rank takes part (the ledgers are gathered); the main one writes
+
+    def merged_ledger(self) -> CostLedger:
+        """The whole run's cost ledger: every rank's, summed (see :meth:`CostLedger.merged`).
+
+        A collective: call it on every rank (a single process gets a copy of its own ledger).
+        """
+        return CostLedger.merged(gather_object([self.ledger.state_dict()]))
 
     def save_wmrl_state(self, folder: str | os.PathLike) -> None:
-        """Write the corrector's state and the cost ledger into ``folder``."""
+        """Write the corrector's state and every rank's cost ledger into ``folder``.
+
+        A collective: call it on every rank. The corrector is identical on all ranks; the main process
+        writes it once. Each rank's ledger is kept apart (``{"ranks": [...]}``) so that a resume with
+        the same number of ranks gives each rank back its own costs.
+        """
+        ranks = gather_object([self.ledger.state_dict()])
+        if not self.accelerator.is_main_process:
+            return
         os.makedirs(folder, exist_ok=True)
         self.corrector.save(os.path.join(folder, CORRECTOR_FILE))
         tmp = os.path.join(folder, LEDGER_FILE + ".tmp")
         with open(tmp, "w") as fh:
-            json.dump(self.ledger.state_dict(), fh)
+            json.dump({"ranks": ranks}, fh)
         os.replace(tmp, os.path.join(folder, LEDGER_FILE))
 
     def _load_optimizer_and_scheduler(self, checkpoint):
@@ -536,7 +568,25 @@ class WMRLGRPOTrainer(GRPOTrainer):
         ledger_path = os.path.join(folder, LEDGER_FILE)
         if os.path.exists(ledger_path):
             with open(ledger_path) as fh:
-                self.ledger.load_state_dict(json.load(fh))
+                saved = json.load(fh)
+            self.ledger.load_state_dict(self._own_ledger_state(saved))
+
+    def _own_ledger_state(self, saved: dict[str, Any]) -> dict[str, Any]:
+        """This rank's part of a saved ledger, with the accelerators this rank holds now.
+
+        With a different number of ranks than at saving, the main process takes the saved total and
+        the others start from zero, so the run-wide sum stays right.
+        """
+        ranks = saved.get("ranks", [saved])  # a single state: the one-rank format
+        rank, world = self.accelerator.process_index, self.accelerator.num_processes
+        if len(ranks) == world:
+            own = dict(ranks[rank])
+        elif rank == 0:
+            own = CostLedger.merged(ranks).state_dict()
+        else:
+            own = CostLedger().state_dict()
+        own["accelerators"] = dict(self.ledger.accelerators)
+        return own
 
 
 def _nan(value: float | None) -> float:

@@ -110,3 +110,60 @@ def test_restoring_refuses_a_different_corrector_or_a_foreign_checkpoint(tmp_pat
     (folder / CORRECTOR_FILE).unlink()
     with pytest.raises(FileNotFoundError, match="not written by WMRLGRPOTrainer"):
         trainer.load_wmrl_state(folder)
+
+
+def test_a_ledger_saved_by_several_ranks_resumes_on_one(tmp_path):
+    """A checkpoint written by two ranks holds each rank's ledger; one process resuming it takes
+    their sum (so the run's total cost is kept) with the accelerators it holds itself."""
+    from wmrl.autoresearch.training.trainer import LEDGER_FILE
+    from wmrl.core.ledger import CostLedger
+
+    trainer = _trainer(tmp_path, tmp_path / "a", steps=1)
+    trainer.train()
+    folder = tmp_path / "a" / "checkpoint-1"
+    assert list(json.loads((folder / LEDGER_FILE).read_text())) == ["ranks"]
+    ranks = []
+    for anchor_s in (3.0, 5.0):
+        ledger = CostLedger({"generation": 1.0, "update": 1.0, "world_model": 1.0, "anchor": 0.0})
+        ledger.add("anchor", anchor_s, items=2)
+        ledger.add("generation", 1.0, items=4)
+        ledger.count_rollouts(4)
+        ranks.append(ledger.state_dict())
+    (folder / LEDGER_FILE).write_text(json.dumps({"ranks": ranks}))
+    held = dict(trainer.ledger.accelerators)
+    trainer.load_wmrl_state(folder)
+    assert trainer.ledger.streams["anchor"].wall_s == 8.0 and trainer.ledger.streams["anchor"].items == 4
+    assert trainer.ledger.graded_rollouts == 8
+    assert trainer.ledger.accelerators == held  # this process's, not the two ranks' sum
+
+
+def test_too_few_prompts_for_one_generation_batch_is_refused(tmp_path):
+    """TRL's sampler drops an incomplete batch, so training would stop at step 0 without a word."""
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    from wmrl.autoresearch.llm.tiny import build_tiny_model
+    from wmrl.autoresearch.training.trainer import WMRLGRPOTrainer
+    from wmrl.core.corrector import Corrector, CorrectorConfig
+    from wmrl.core.sources import as_source
+
+    model, tokenizer = build_tiny_model(seed=0)
+    rows = [{"prompt": [{"role": "user", "content": "Task."}], "prompt_id": "p0", "task_id": "a"}]
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        bf16=False,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        report_to=[],
+    )
+    with pytest.raises(ValueError, match=r"needs 2 distinct prompts.*has 1"):
+        WMRLGRPOTrainer(
+            model=model,
+            processing_class=tokenizer,
+            args=args,
+            train_dataset=Dataset.from_list(rows),
+            corrector=Corrector(CorrectorConfig()),
+            world_model=as_source(lambda items: [0.5] * len(items), "world_model", "wm"),
+            anchor=as_source(lambda items: [0.5] * len(items), "anchor", "real"),
+        )

@@ -120,7 +120,7 @@ def make_trainer(tmp_path, mode, preset_changes=None, **kwargs):
     corrector = Corrector(CorrectorConfig.preset(mode, base=base, **(preset_changes or {})))
     model, tokenizer = build_tiny_model()
     wm = Counting(wm_formula, "world_model", "wm")
-    anchor = Counting(real_formula, "anchor", "real")
+    anchor = kwargs.pop("anchor", None) or Counting(real_formula, "anchor", "real")
     trainer = WMRLGRPOTrainer(
         model=model,
         processing_class=tokenizer,
