@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -83,7 +84,7 @@ def _train(args: argparse.Namespace) -> int:
     finally:
         _end_process_group()
     if not result.main:
-        return 0  # under torchrun / accelerate launch the main process reports the run
+        _leave_launched_process(0)  # under torchrun / accelerate launch the main process reports the run
     est = result.cost_report.get("real_mode_estimate", {})
     print(f"[wmrl] run directory: {result.run_dir} ({result.wall_s:.0f} s)")
     print(
@@ -96,7 +97,21 @@ def _train(args: argparse.Namespace) -> int:
         print()
     print(f"[wmrl]   trained policy: {result.final_model}")
     print(f"[wmrl]   evaluate it: wmrl eval autoresearch --model {result.final_model}")
+    if result.processes > 1:
+        _leave_launched_process(0)
     return 0
+
+
+def _leave_launched_process(code: int) -> None:
+    """End one process of a finished multi-process run now, skipping interpreter teardown.
+
+    After a gloo run, teardown at exit sometimes aborts ("terminate called without an active
+    exception", SIGABRT) although the run is complete and the process group destroyed; the
+    launcher would then report a finished run as failed. Everything is written by now.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _end_process_group() -> None:
