@@ -519,7 +519,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
         folder = os.path.join(
             self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         )
-        self.save_wmrl_state(folder)  # every rank takes part (the ledgers are gathered); the main one writes
+        self.save_wmrl_state(folder)  # every rank takes part (the ledgers are gathered)
 
     def merged_ledger(self) -> CostLedger:
         """The whole run's cost ledger: every rank's, summed (see :meth:`CostLedger.merged`).
@@ -531,12 +531,13 @@ class WMRLGRPOTrainer(GRPOTrainer):
     def save_wmrl_state(self, folder: str | os.PathLike) -> None:
         """Write the corrector's state and every rank's cost ledger into ``folder``.
 
-        A collective: call it on every rank. The corrector is identical on all ranks; the main process
-        writes it once. Each rank's ledger is kept apart (``{"ranks": [...]}``) so that a resume with
-        the same number of ranks gives each rank back its own costs.
+        A collective: call it on every rank. The corrector is identical on all ranks; the processes
+        that save TRL's checkpoint (``args.should_save``: the main one, or each node's with
+        ``save_on_each_node``) write it. Each rank's ledger is kept apart (``{"ranks": [...]}``) so
+        that a resume with the same number of ranks gives each rank back its own costs.
         """
         ranks = gather_object([self.ledger.state_dict()])
-        if not self.accelerator.is_main_process:
+        if not self.args.should_save:
             return
         os.makedirs(folder, exist_ok=True)
         self.corrector.save(os.path.join(folder, CORRECTOR_FILE))
