@@ -13,6 +13,7 @@ import functools
 import importlib.util
 import os
 import shutil
+import socket
 
 import pytest
 
@@ -24,6 +25,19 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MUJOCO_GL", "osmesa")
 os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+def _unused_local_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (bound by the OS, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def unused_port():
+    """Call it for a local TCP port nobody listens on: for a server to start, or an unreachable address."""
+    return _unused_local_port
 
 
 def _has_modules(*names: str) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import urllib.error
 import urllib.request
 
@@ -142,12 +141,10 @@ def test_partial_failure_keeps_the_prompts_that_worked(backend):
     assert "1 of 2 requests failed" in str(err.value) and "HTTP 500" in str(err.value)
 
 
-def test_unreachable_server_is_a_backend_error():
+def test_unreachable_server_is_a_backend_error(unused_port):
     from wmrl.autoresearch.llm.openai_client import OpenAIChatBackend
 
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = unused_port()  # nobody listens on it
     with pytest.raises(BackendError, match="failed after 2 tries"):
         OpenAIChatBackend(f"http://127.0.0.1:{port}/v1", max_retries=1, backoff_s=0.01, timeout_s=5)
     with pytest.raises(ValueError, match="http"):

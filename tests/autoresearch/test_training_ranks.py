@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -28,28 +27,27 @@ GROUP = 2  # rollouts per group
 LOCAL_ROWS = 4  # per rank and step: 2 prompts x 2 rollouts
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def ranks(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ranks")
-    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+def _torchrun(port: int, *program: str, cwd=None) -> subprocess.CompletedProcess:
+    """Run ``program`` (a script, or ``-m module``, and its arguments) on RANKS local CPU processes."""
     command = [
         sys.executable,
         "-m",
         "torch.distributed.run",
         f"--nproc_per_node={RANKS}",
         "--master_addr=127.0.0.1",
-        f"--master_port={_free_port()}",
-        str(WORKER),
-        str(out),
+        f"--master_port={port}",
+        *program,
     ]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=cwd)
     assert done.returncode == 0, done.stderr[-4000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory, unused_port):
+    out = tmp_path_factory.mktemp("ranks")
+    _torchrun(unused_port(), str(WORKER), str(out))
     return out, [json.loads((out / f"rank{r}.json").read_text()) for r in range(RANKS)]
 
 
@@ -136,7 +134,7 @@ def test_logs_and_costs_describe_every_rank(ranks):
 @pytest.mark.bwrap
 @pytest.mark.peft
 @pytest.mark.matplotlib
-def test_wmrl_train_under_torchrun_writes_one_run(tmp_path):
+def test_wmrl_train_under_torchrun_writes_one_run(tmp_path, unused_port):
     """``torchrun -m wmrl.core.cli train autoresearch``: two ranks train, the main one writes the run
     directory once, and the cost report counts both ranks' rollouts."""
     from wmrl.autoresearch.llm.tiny import save_tiny_model
@@ -147,13 +145,8 @@ def test_wmrl_train_under_torchrun_writes_one_run(tmp_path):
     make_toy_task(tmp_path, "toy-binary", kind="binary")
     ids = json.dumps([str(tmp_path / "toy-regression"), str(tmp_path / "toy-binary")])
     run = tmp_path / "run"
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc_per_node={RANKS}",
-        "--master_addr=127.0.0.1",
-        f"--master_port={_free_port()}",
+    done = _torchrun(
+        unused_port(),
         "-m",
         "wmrl.core.cli",
         "train",
@@ -169,10 +162,8 @@ def test_wmrl_train_under_torchrun_writes_one_run(tmp_path):
         "grpo.max_completion_tokens=12",
         "grpo.steps=2",
         "logging.progress=false",
-    ]
-    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-4000:]
+        cwd=tmp_path,
+    )
     assert done.stdout.count("[wmrl] run directory:") == 1  # the main process reports, once
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["wmrl/step"] for r in rows if "wmrl/step" in r] == [1.0, 2.0]

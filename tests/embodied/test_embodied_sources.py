@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import socket
 
 import numpy as np
 import pytest
@@ -194,10 +193,8 @@ def test_invalid_curves_are_unknown(progress, success, rule):
     assert re.search(rule, grade.info["reason"])
 
 
-def test_an_unreachable_http_backend_is_unknown():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+def test_an_unreachable_http_backend_is_unknown(unused_port):
+    port = unused_port()  # nobody listens on it
     source = make_robometer_source(
         RobometerSourceConfig(backend="http", url=f"http://127.0.0.1:{port}", timeout_s=5)
     )

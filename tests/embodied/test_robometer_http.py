@@ -10,7 +10,6 @@ import email.parser
 import email.policy
 import io
 import json
-import socket
 import urllib.request
 
 import numpy as np
@@ -189,10 +188,8 @@ def test_a_partly_failing_server_fails_only_those_samples(robometer):
     assert preds[1].error is None and preds[1].progress.shape == (2,)
 
 
-def test_an_unreachable_server_is_an_error_per_trajectory():
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+def test_an_unreachable_server_is_an_error_per_trajectory(unused_port):
+    port = unused_port()  # nobody listens on it
     preds = RobometerHTTPClient(f"http://127.0.0.1:{port}", timeout_s=5).predict(
         [(_frames(10, n=2), TASK)] * 2
     )
