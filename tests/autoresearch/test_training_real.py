@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cpu_grpo import cpu_grpo_config
 
 # ~6 s on an idle 2-core machine (teaching the tiny coder, then real executions)
 pytestmark = [pytest.mark.trl, pytest.mark.bwrap]
@@ -90,7 +91,6 @@ class Recorder:
 
 @pytest.mark.parametrize("mode", ["real", "world_model", "wmrl"])
 def test_grpo_with_the_sandbox_and_the_world_model(tmp_path, setup, mode):
-    from trl import GRPOConfig
 
     from wmrl.autoresearch.grading import ExecutionGrader
     from wmrl.autoresearch.llm import load_model
@@ -105,20 +105,14 @@ def test_grpo_with_the_sandbox_and_the_world_model(tmp_path, setup, mode):
     grade_results = anchor.grade_results
     anchor.grade_results = lambda items: executed.extend(items) or grade_results(items)
     policy = load_model(setup["coder"])
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        bf16=False,
-        gradient_checkpointing=False,
+    args = cpu_grpo_config(
+        tmp_path / "out",
         per_device_train_batch_size=8,
         num_generations=4,
         max_completion_length=96,
         max_steps=2,
-        logging_steps=1,
-        report_to=[],
         save_strategy="no",
         seed=0,
-        disable_tqdm=True,
         temperature=1.0,
     )
     corrector = Corrector(

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from cpu_grpo import cpu_grpo_config
 
 pytestmark = [pytest.mark.trl]
 
 
 def _trainer(tmp_path, out, steps=3):
     from datasets import Dataset
-    from trl import GRPOConfig
 
     from wmrl.autoresearch.llm.tiny import build_tiny_model
     from wmrl.autoresearch.training.trainer import WMRLGRPOTrainer
@@ -41,21 +41,15 @@ def _trainer(tmp_path, out, steps=3):
     return WMRLGRPOTrainer(
         model=model,
         processing_class=tokenizer,
-        args=GRPOConfig(
-            output_dir=str(out),
-            use_cpu=True,
-            bf16=False,
-            gradient_checkpointing=False,
+        args=cpu_grpo_config(
+            out,
             per_device_train_batch_size=4,
             num_generations=2,
             max_completion_length=10,
             max_steps=steps,
-            logging_steps=1,
-            report_to=[],
             save_strategy="steps",
             save_steps=1,
             seed=0,
-            disable_tqdm=True,
             learning_rate=1e-2,
         ),
         train_dataset=Dataset.from_list(rows),
@@ -140,7 +134,6 @@ def test_a_ledger_saved_by_several_ranks_resumes_on_one(tmp_path):
 def test_too_few_prompts_for_one_generation_batch_is_refused(tmp_path):
     """TRL's sampler drops an incomplete batch, so training would stop at step 0 without a word."""
     from datasets import Dataset
-    from trl import GRPOConfig
 
     from wmrl.autoresearch.llm.tiny import build_tiny_model
     from wmrl.autoresearch.training.trainer import WMRLGRPOTrainer
@@ -149,14 +142,7 @@ def test_too_few_prompts_for_one_generation_batch_is_refused(tmp_path):
 
     model, tokenizer = build_tiny_model(seed=0)
     rows = [{"prompt": [{"role": "user", "content": "Task."}], "prompt_id": "p0", "task_id": "a"}]
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        bf16=False,
-        per_device_train_batch_size=4,
-        num_generations=2,
-        report_to=[],
-    )
+    args = cpu_grpo_config(tmp_path / "out", per_device_train_batch_size=4, num_generations=2)
     with pytest.raises(ValueError, match=r"needs 2 distinct prompts.*has 1"):
         WMRLGRPOTrainer(
             model=model,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cpu_grpo import cpu_grpo_config
 
 
 def test_feedback_suffix_closes_the_turn_and_opens_the_next():
@@ -37,7 +38,6 @@ def test_feedback_suffix_closes_the_turn_and_opens_the_next():
 @pytest.mark.bwrap
 def test_two_turn_rollout(tmp_path):
     from datasets import Dataset
-    from trl import GRPOConfig
 
     from wmrl.autoresearch.agent.episode import EpisodeConfig
     from wmrl.autoresearch.agent.feedback import ExecutionFeedback, format_feedback
@@ -79,20 +79,14 @@ def test_two_turn_rollout(tmp_path):
     trainer = WMRLGRPOTrainer(
         model=policy.model,
         processing_class=policy.tokenizer,
-        args=GRPOConfig(
-            output_dir=str(tmp_path / "out"),
-            use_cpu=True,
-            bf16=False,
-            gradient_checkpointing=False,
+        args=cpu_grpo_config(
+            tmp_path / "out",
             per_device_train_batch_size=4,
             num_generations=2,
             max_completion_length=96,
             max_steps=1,
-            logging_steps=1,
-            report_to=[],
             save_strategy="no",
             seed=0,
-            disable_tqdm=True,
             temperature=1.0,
         ),
         train_dataset=Dataset.from_list(rows),
@@ -160,7 +154,6 @@ def test_two_turn_rollout_masks_feedback_of_malformed_replies(tmp_path):
     """The random tiny model writes no script: every turn is graded exactly (``malformed``, no source
     call), and the rollout still threads the feedback through the chat template and the mask."""
     from datasets import Dataset
-    from trl import GRPOConfig
 
     from wmrl.autoresearch.agent.episode import EpisodeConfig
     from wmrl.autoresearch.agent.feedback import ExecutionFeedback, format_feedback
@@ -187,19 +180,13 @@ def test_two_turn_rollout_masks_feedback_of_malformed_replies(tmp_path):
     trainer = WMRLGRPOTrainer(
         model=model,
         processing_class=tok,
-        args=GRPOConfig(
-            output_dir=str(tmp_path / "out"),
-            use_cpu=True,
-            bf16=False,
-            gradient_checkpointing=False,
+        args=cpu_grpo_config(
+            tmp_path / "out",
             per_device_train_batch_size=4,
             num_generations=2,
             max_completion_length=8,
             max_steps=1,
-            logging_steps=1,
-            report_to=[],
             save_strategy="no",
-            disable_tqdm=True,
         ),
         train_dataset=Dataset.from_list(rows),
         corrector=Corrector(CorrectorConfig()),

@@ -13,32 +13,24 @@ import math
 
 import numpy as np
 import pytest
+from cpu_grpo import cpu_grpo_config
 
 pytestmark = [pytest.mark.trl]
 
 
 def grpo_args(tmp_path, prompts_per_step=2, group=2, steps=2, max_len=12, **extra):
-    from trl import GRPOConfig
-
     values = {
-        "output_dir": str(tmp_path / "out"),
-        "use_cpu": True,
-        "bf16": False,
-        "gradient_checkpointing": False,
         "per_device_train_batch_size": prompts_per_step * group,
         "num_generations": group,
         "max_completion_length": max_len,
         "max_steps": steps,
-        "logging_steps": 1,
-        "report_to": [],
         "save_strategy": "no",
         "seed": 0,
-        "disable_tqdm": True,
         "temperature": 1.0,
         "learning_rate": 1e-3,
     }
     values.update(extra)
-    return GRPOConfig(**values)
+    return cpu_grpo_config(tmp_path / "out", **values)
 
 
 def prompt_dataset(n_prompts=4, tasks=("a", "b")):
