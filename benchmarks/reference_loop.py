@@ -14,8 +14,8 @@ execution, and corrects the world model online:
 
 Run: ``python benchmarks/reference_loop.py [--steps 200] [--mode wmrl|real|world_model]``.
 It prints the true reward the policy reaches and what grading cost, like CleanRL scripts print
-their returns. Nothing here is special-cased for the toy: the same ``Corrector`` drives the TRL
-and VLA trainers.
+their returns. Nothing here is special-cased for the toy: the same ``RewardPipeline`` drives the
+TRL and loop trainers.
 """
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ import time
 import numpy as np
 import torch
 
-from wmrl.core import as_source
-from wmrl.core.corrector import Corrector, CorrectorConfig, Group
-from wmrl.core.ledger import CostLedger
+from wmrl.core import Group, RewardPipeline, as_source
+from wmrl.core.corrector import CorrectorConfig
 
 # ----------------------------------------------------------------------------------------------
 # The toy problem. TRY NOT TO MODIFY: this stands in for "an LLM writes code, a sandbox runs it".
@@ -100,10 +99,16 @@ def main() -> None:
     # The policy: one softmax over programs per task.
     logits = torch.zeros(N_TASKS, N_SOLUTIONS, requires_grad=True)
     optimizer = torch.optim.Adam([logits], lr=args.lr)
-    ledger = CostLedger()
-    corrector = Corrector(
-        CorrectorConfig.preset(args.mode, seed=args.seed), world_model, anchor, ledger=ledger
-    )
+    # The reward side of every step: plans anchors, calls both sources, books costs, corrects.
+    if args.mode in ("wmrl", "real", "world_model"):
+        pipeline = RewardPipeline(
+            world_model, anchor, mode=args.mode, corrector=CorrectorConfig(seed=args.seed)
+        )
+    else:  # an ablation preset of the corrector, run as the method
+        pipeline = RewardPipeline(
+            world_model, anchor, corrector=CorrectorConfig.preset(args.mode, seed=args.seed)
+        )
+    ledger = pipeline.ledger
 
     def true_value() -> float:
         probs = torch.softmax(logits.detach(), dim=1).numpy()
@@ -122,10 +127,9 @@ def main() -> None:
             Group(key=f"{step}:{g}", items=[Rollout(t, s) for s in picks[g]], task=f"task{t}")
             for g, t in enumerate(tasks)
         ]
-        # 2-4. Grade (the corrector calls both sources, real execution only on anchor groups),
-        #      calibrate, fuse, and form weighted group advantages.
-        out = corrector.step(groups)
-        ledger.count_rollouts(GROUPS_PER_STEP * GROUP_SIZE)
+        # 2-4. Grade (both sources, concurrently; real execution only on anchor groups), calibrate,
+        #      fuse, and form weighted group advantages.
+        out = pipeline.step(groups)
 
         # 5. Policy gradient: advantages (NaN = unknown, masked out) times log-probabilities.
         with ledger.measure("update"):

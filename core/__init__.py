@@ -2,6 +2,9 @@
 inverse-variance fusion, group advantages) and its contracts. Depends only on numpy,
 scikit-learn and torch; never imports ``wmrl.autoresearch`` or ``wmrl.embodied``."""
 
+from wmrl.core.modes import Mode
+from wmrl.core.pipeline import RewardPipeline, StepResult
+from wmrl.core.rollouts import Exact, Group, RolloutNeeds, needs_of
 from wmrl.core.sources import (
     FunctionSource,
     Grade,
@@ -15,13 +18,20 @@ from wmrl.core.sources import (
 )
 
 __all__ = [
+    "Exact",
     "FunctionSource",
     "Grade",
+    "Group",
+    "Mode",
+    "RewardPipeline",
     "RewardSource",
     "Role",
+    "RolloutNeeds",
     "SourceError",
+    "StepResult",
     "as_source",
     "check_pair",
     "check_source",
     "collect_grades",
+    "needs_of",
 ]

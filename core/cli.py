@@ -1,59 +1,56 @@
 """The ``wmrl`` console command.
 
-Core owns the top-level parser and the ``bench`` commands. The domain packages
-(``wmrl.autoresearch``, ``wmrl.embodied``) add their own subcommands through the ``wmrl.cli``
-entry-point group, so core never imports them: each entry point is a ``register(root)``
-function that receives a :class:`CommandRoot`. Register functions must import only the
-standard library and ``wmrl.core``; heavy imports belong inside the command handlers, so that
-``wmrl --help`` is fast and works on a base install.
+Core owns the top-level parser, the ``bench`` commands and the *shape* of every training and
+evaluation command. A domain package (``wmrl.autoresearch``, ``wmrl.embodied``, or a third party's)
+adds its commands through the ``wmrl.cli`` entry-point group, so core never imports it: each entry
+point is a ``register(root)`` function that receives a :class:`CommandRoot` and calls
+
+* ``root.train(NAME, help, config=..., run=...)``: ``wmrl train NAME`` with the shared flags
+  (``--config``, ``--out``, ``--resume``, ``--resume-from``, ``--print-config``, ``--no-progress``,
+  ``key=value`` overrides; see :mod:`wmrl.core.cli_runs`);
+* ``root.evaluate(NAME, help, config=..., run=...)``: ``wmrl eval NAME`` with the same flags;
+* ``root.domain(NAME, help)``: a command group for the domain's own verbs (``wmrl autoresearch grade``).
+
+Register functions must import only the standard library and ``wmrl.core``; configs and runs are
+named as ``"module:attribute"`` strings and imported when the command runs (``--help`` imports the
+config class only, to list its keys), so ``wmrl --help`` is fast and works on a base install.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
-from importlib.metadata import entry_points
+from collections.abc import Callable, Mapping, Sequence
+from importlib.metadata import PackageNotFoundError, entry_points, version
 from typing import ClassVar
 
 Handler = Callable[[argparse.Namespace], int | None]
 
+__all__ = ["CommandRoot", "build_parser", "main"]
 
-class CommandRoot:
-    """The command tree a plugin extends.
 
-    ``command(name)`` adds a top-level command (``wmrl grade``); ``group(name)`` returns the
-    sub-command set of a shared verb (``wmrl train autoresearch``, ``wmrl eval libero``).
-    """
+class _Formatter(argparse.HelpFormatter):
+    """Hides the aliases registered with ``help=argparse.SUPPRESS`` from command listings."""
 
-    GROUP_HELP: ClassVar[dict[str, str]] = {
-        "train": "train a policy with world-model rewards",
-        "eval": "evaluate a trained policy",
-        "bench": "measure the method and its overhead",
-    }
+    def _iter_indented_subactions(self, action):
+        for sub in super()._iter_indented_subactions(action):
+            if sub.help != argparse.SUPPRESS:
+                yield sub
 
-    def __init__(self, parser: argparse.ArgumentParser) -> None:
-        self.parser = parser
-        self._top = parser.add_subparsers(dest="command", metavar="COMMAND")
-        self._groups: dict[str, argparse._SubParsersAction] = {}
 
-    def command(self, name: str, help: str, handler: Handler) -> argparse.ArgumentParser:
-        sub = self._top.add_parser(name, help=help, description=help)
-        sub.set_defaults(handler=handler)
-        return sub
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose help can end with text computed only when help is shown."""
 
-    def group(self, name: str, help: str | None = None) -> argparse._SubParsersAction:
-        if name not in self._groups:
-            text = help or self.GROUP_HELP.get(name, name)
-            parent = self._top.add_parser(name, help=text, description=text)
-            parent.set_defaults(handler=lambda _args, p=parent: _print_help(p))
-            self._groups[name] = parent.add_subparsers(dest=f"{name}_target", metavar="TARGET")
-        return self._groups[name]
+    def __init__(self, *args, late_epilog: Callable[[], str] | None = None, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+        self.late_epilog = late_epilog
 
-    def subcommand(self, group: str, name: str, help: str, handler: Handler) -> argparse.ArgumentParser:
-        sub = self.group(group).add_parser(name, help=help, description=help)
-        sub.set_defaults(handler=handler)
-        return sub
+    def format_help(self) -> str:
+        text = super().format_help()
+        if self.late_epilog is not None:
+            text += "\n" + self.late_epilog() + "\n"
+        return text
 
 
 def _print_help(parser: argparse.ArgumentParser) -> int:
@@ -61,14 +58,123 @@ def _print_help(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
+class CommandRoot:
+    """The command tree a plugin extends (see the module docstring)."""
+
+    GROUP_HELP: ClassVar[dict[str, str]] = {
+        "train": "train a policy with world-model rewards (wmrl train DOMAIN --help lists its settings)",
+        "eval": "evaluate a trained policy",
+        "bench": "measure the method and its overhead",
+    }
+
+    def __init__(self, parser: argparse.ArgumentParser, path: str = "wmrl") -> None:
+        self.parser = parser
+        self.path = path
+        self._top = parser.add_subparsers(dest=f"{path}_command", metavar="COMMAND", parser_class=_Parser)
+        self._groups: dict[str, argparse._SubParsersAction] = {}
+        self._domains: dict[str, CommandRoot] = {}
+
+    def command(
+        self, name: str, help: str, handler: Handler, hidden: bool = False
+    ) -> argparse.ArgumentParser:
+        """A command of its own (``wmrl NAME``); ``hidden`` keeps an alias out of the listing."""
+        sub = self._top.add_parser(name, help=argparse.SUPPRESS if hidden else help, description=help)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    def group(self, name: str, help: str | None = None, hidden: bool = False) -> argparse._SubParsersAction:
+        """The sub-command set of a shared verb (``wmrl train ...``, ``wmrl eval ...``)."""
+        if name not in self._groups:
+            text = help or self.GROUP_HELP.get(name, name)
+            parent = self._top.add_parser(name, help=argparse.SUPPRESS if hidden else text, description=text)
+            parent.set_defaults(handler=lambda _args, p=parent: _print_help(p))
+            self._groups[name] = parent.add_subparsers(
+                dest=f"{self.path}_{name}_target", metavar="TARGET", parser_class=_Parser
+            )
+        return self._groups[name]
+
+    def subcommand(self, group: str, name: str, help: str, handler: Handler) -> argparse.ArgumentParser:
+        sub = self.group(group).add_parser(name, help=help, description=help)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    def domain(self, name: str, help: str) -> CommandRoot:
+        """The command group of a domain's own verbs: ``wmrl NAME VERB``."""
+        if name not in self._domains:
+            parent = self._top.add_parser(name, help=help, description=help)
+            parent.set_defaults(handler=lambda _args, p=parent: _print_help(p))
+            self._domains[name] = CommandRoot(parent, path=f"{self.path}_{name}")
+        return self._domains[name]
+
+    def train(
+        self,
+        name: str,
+        help: str,
+        *,
+        config: str,
+        run: str,
+        presets: str | None = None,
+        default_out: str | None = None,
+        preset_flags: Mapping[str, tuple[str, str]] | None = None,
+    ) -> argparse.ArgumentParser:
+        """``wmrl train NAME``: see :func:`wmrl.core.cli_runs.add_train_command`."""
+        from wmrl.core.cli_runs import add_train_command
+
+        return add_train_command(
+            self,
+            name,
+            help,
+            config=config,
+            run=run,
+            presets=presets,
+            default_out=default_out,
+            preset_flags=preset_flags,
+        )
+
+    def evaluate(
+        self,
+        name: str,
+        help: str,
+        *,
+        config: str,
+        run: str,
+        shorthands: Mapping[str, tuple] | None = None,
+        default_out: str | None = None,
+        aliases: Sequence[str] = (),
+    ) -> argparse.ArgumentParser:
+        """``wmrl eval NAME``: see :func:`wmrl.core.cli_runs.add_eval_command`."""
+        from wmrl.core.cli_runs import add_eval_command
+
+        return add_eval_command(
+            self,
+            name,
+            help,
+            config=config,
+            run=run,
+            shorthands=shorthands,
+            default_out=default_out,
+            aliases=aliases,
+        )
+
+
+def _version() -> str:
+    try:
+        return version("wmrl")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="wmrl",
         description="Reinforcement learning with world-model rewards, anchored by real execution.",
     )
+    parser.add_argument("--version", action="version", version=f"wmrl {_version()}")
     root = CommandRoot(parser)
     from wmrl.core.bench.cli import register as register_bench
 
+    root.group("train")
+    root.group("eval")
     register_bench(root)
     for entry in sorted(entry_points(group="wmrl.cli"), key=lambda e: e.name):
         # A broken plugin of our own must fail loudly, not vanish from --help.

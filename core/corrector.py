@@ -1,11 +1,9 @@
 """The corrector: one object per run that owns the anchor scheduler, the debiaser and the fusion.
 
-Two ways in:
-
-* ``step(groups)`` — the simple case: the corrector calls the world-model and anchor sources
-  itself (concurrently) and returns the corrected batch;
-* ``plan(...)`` then ``correct(...)`` — for engines that score rollouts themselves (TRL, verl):
-  ``plan`` says which groups to execute for real, the engine scores, ``correct`` does the rest.
+It is the method's mathematics, with no sources in it: ``plan(...)`` says which groups to execute
+for real, the caller scores, ``correct(...)`` does the rest. Calling the two reward sources,
+booking their costs and checkpointing belong to :class:`wmrl.core.pipeline.RewardPipeline`, which
+every trainer and engine drives.
 
 One step, in order: choose anchors (outcome-blind) → score → measure the world model's error on
 the anchor pairs with the map fitted *before* them (prequential) → update the fusion estimates →
@@ -18,7 +16,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -29,9 +26,9 @@ from wmrl.core.advantages import AdvantageConfig, as_reward_matrix, group_advant
 from wmrl.core.config import from_dict, require, to_dict
 from wmrl.core.debias import DebiasConfig, OnlineDebiaser
 from wmrl.core.fusion import Fusion, FusionConfig
-from wmrl.core.ledger import CostLedger
+from wmrl.core.modes import MODE_PRESETS, Mode, apply_changes
+from wmrl.core.rollouts import Group
 from wmrl.core.scheduler import AnchorScheduler, SchedulerConfig
-from wmrl.core.sources import Grade, RewardSource, Role, check_pair, collect_grades
 
 __all__ = [
     "METRICS",
@@ -139,10 +136,9 @@ PRESETS = {
     "debias_only": lambda c: _with(c, fusion={"mode": "none"}),
     "fusion_only": lambda c: _with(c, debias={"enabled": False}),
     "uncorrected_mix": lambda c: _with(c, debias={"enabled": False}, fusion={"mode": "none"}),
-    "world_model": lambda c: _with(
-        c, scheduler={"fraction": 0.0, "floor": 0}, debias={"enabled": False}, fusion={"mode": "none"}
-    ),
-    "real": lambda c: _with(c, scheduler={"fraction": 1.0}, fusion={"mode": "none"}),
+    # the training modes: one definition, in wmrl.core.modes
+    "world_model": lambda c: apply_changes(c, MODE_PRESETS[Mode.WORLD_MODEL]),
+    "real": lambda c: apply_changes(c, MODE_PRESETS[Mode.REAL]),
 }
 
 
@@ -180,6 +176,8 @@ class Correction:
         weights: ``(n_groups,)`` group weights (0 for groups that contribute nothing).
         anchor: ``(n_groups,)`` bool.
         metrics: ``wmrl/*`` metrics (see :data:`METRICS`); ``None`` where a value could not be measured.
+        calibrated: ``(n_groups, group_size)`` every world-model score through the map in force after
+            this step's refit (anchor groups included, for display); NaN = unknown.
     """
 
     rewards: np.ndarray
@@ -187,6 +185,7 @@ class Correction:
     weights: np.ndarray
     anchor: np.ndarray
     metrics: dict[str, float | None]
+    calibrated: np.ndarray | None = None
 
     def advantages_list(self, sizes: Sequence[int] | None = None) -> list[list[float | None]]:
         """Advantages as ragged lists with ``None`` for masked rollouts (``sizes``: true group sizes)."""
@@ -195,15 +194,6 @@ class Correction:
             [None if np.isnan(v) else float(v) for v in row[:s]]
             for row, s in zip(self.advantages, sizes, strict=True)
         ]
-
-
-@dataclass
-class Group:
-    """One GRPO group for :meth:`Corrector.step`: G rollouts of one prompt / initial state."""
-
-    key: str
-    items: Sequence[Any]
-    task: str | None = None
 
 
 def _validate_scores(
@@ -218,19 +208,8 @@ def _validate_scores(
 class Corrector:
     """Owns the scheduler, debiaser and fusion of one run. See the module docstring."""
 
-    def __init__(
-        self,
-        config: CorrectorConfig | None = None,
-        world_model: RewardSource | None = None,
-        anchor: RewardSource | None = None,
-        ledger: CostLedger | None = None,
-    ) -> None:
+    def __init__(self, config: CorrectorConfig | None = None) -> None:
         self.config = config or CorrectorConfig()
-        if world_model is not None or anchor is not None:
-            check_pair(world_model, anchor)
-        self.world_model = world_model
-        self.anchor = anchor
-        self.ledger = ledger
         self.scheduler = AnchorScheduler(self.config.scheduler, seed=self.config.seed)
         self.debiaser = OnlineDebiaser(self.config.debias)
         self.fusion = Fusion(self.config.fusion)
@@ -329,7 +308,8 @@ class Corrector:
         self.debiaser.refit(self.step_count)
 
         # 3. Rewards: real in anchor groups, calibrated world model elsewhere.
-        rewards = np.where(anchor[:, None], real, self.debiaser.calibrate(wm, task_of_item))
+        calibrated = self.debiaser.calibrate(wm, task_of_item)
+        rewards = np.where(anchor[:, None], real, calibrated)
         ga = group_advantages(rewards, None, self.config.advantages)
         weights = self.fusion.weights(anchor, ga.contributes)
         advantages = ga.advantages * weights[:, None]
@@ -340,7 +320,12 @@ class Corrector:
         self._update_budget()
         metrics.update(self._metrics(plan, wm, real, anchor, ga, weights, diag))
         return Correction(
-            rewards=rewards, advantages=advantages, weights=weights, anchor=anchor.copy(), metrics=metrics
+            rewards=rewards,
+            advantages=advantages,
+            weights=weights,
+            anchor=anchor.copy(),
+            metrics=metrics,
+            calibrated=calibrated,
         )
 
     def _map_slope(self, x: np.ndarray, keys: np.ndarray) -> np.ndarray:
@@ -401,72 +386,6 @@ class Corrector:
             "wmrl/groups_degenerate": float(ga.degenerate.sum()),
         }
 
-    # -- the simple API ----------------------------------------------------------------------
-    def step(self, groups: Sequence[Group], in_flight: int = 0) -> Correction:
-        """Score ``groups`` with both sources (anchor groups only for the anchor) and correct them."""
-        if self.world_model is None or self.anchor is None:
-            raise ValueError(
-                "step() needs both reward sources; pass world_model= and anchor= to Corrector, or use plan()/correct()"
-            )
-        if not groups:
-            raise ValueError("step() needs at least one group")
-        for g in groups:
-            if len(g.items) == 0:
-                raise ValueError(f"group {g.key!r} is empty: every group needs at least one rollout")
-        keys = [g.key for g in groups]
-        tasks = None if all(g.task is None for g in groups) else [str(g.task) for g in groups]
-        width = max(len(g.items) for g in groups)
-        wm_items = [item for g in groups for item in g.items]
-
-        def score(source: RewardSource, items: list[Any], stream: str) -> list[Grade]:
-            if self.ledger is None:
-                return collect_grades(source, items)
-            with self.ledger.measure(stream, items=len(items)):
-                return collect_grades(source, items)
-
-        wm_grades: list[Grade]
-        if self.config.scheduler.active_share > 0:
-            # Active selection reads the world-model scores, so they must come first.
-            wm_grades = score(self.world_model, wm_items, Role.WORLD_MODEL.value)
-            plan = self.plan(keys, tasks, self._matrix(groups, wm_grades, width), in_flight)
-            anchor_items = [item for i in plan.anchor_indices for item in groups[i].items]
-            anchor_grades = score(self.anchor, anchor_items, Role.ANCHOR.value) if anchor_items else []
-        else:
-            plan = self.plan(keys, tasks, None, in_flight)
-            anchor_items = [item for i in plan.anchor_indices for item in groups[i].items]
-            # Real execution is the slow part; the world model scores meanwhile.
-            with ThreadPoolExecutor(max_workers=2) as pool:
-                wm_future = pool.submit(score, self.world_model, wm_items, Role.WORLD_MODEL.value)
-                anchor_future = (
-                    pool.submit(score, self.anchor, anchor_items, Role.ANCHOR.value) if anchor_items else None
-                )
-                wm_grades = wm_future.result()
-                anchor_grades = anchor_future.result() if anchor_future else []
-        wm = self._matrix(groups, wm_grades, width)
-        variance = self._matrix(groups, wm_grades, width, field="variance")
-        real = np.full_like(wm, np.nan)
-        cursor = 0
-        for i in plan.anchor_indices:
-            m = len(groups[i].items)
-            real[i, :m] = [
-                np.nan if gr.value is None else gr.value for gr in anchor_grades[cursor : cursor + m]
-            ]
-            cursor += m
-        has_variance = not np.isnan(variance[~np.isnan(wm)]).any() and (~np.isnan(wm)).any()
-        return self.correct(plan, wm, real, variance if has_variance else None)
-
-    @staticmethod
-    def _matrix(
-        groups: Sequence[Group], grades: Sequence[Grade], width: int, field: str = "value"
-    ) -> np.ndarray:
-        out = np.full((len(groups), width), np.nan)
-        cursor = 0
-        for i, g in enumerate(groups):
-            values = [getattr(gr, field) for gr in grades[cursor : cursor + len(g.items)]]
-            out[i, : len(values)] = [np.nan if v is None else v for v in values]
-            cursor += len(g.items)
-        return out
-
     # -- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue bit-identically (plain Python and numpy values)."""
@@ -508,26 +427,14 @@ class Corrector:
         return path
 
     @classmethod
-    def from_state(
-        cls,
-        state: dict[str, Any],
-        world_model: RewardSource | None = None,
-        anchor: RewardSource | None = None,
-        ledger: CostLedger | None = None,
-    ) -> Corrector:
-        corrector = cls(from_dict(CorrectorConfig, state["config"]), world_model, anchor, ledger)
+    def from_state(cls, state: dict[str, Any]) -> Corrector:
+        corrector = cls(from_dict(CorrectorConfig, state["config"]))
         corrector.load_state_dict(state)
         return corrector
 
     @classmethod
-    def load(
-        cls,
-        path: str | Path,
-        world_model: RewardSource | None = None,
-        anchor: RewardSource | None = None,
-        ledger: CostLedger | None = None,
-    ) -> Corrector:
-        return cls.from_state(_from_jsonable(json.loads(Path(path).read_text())), world_model, anchor, ledger)
+    def load(cls, path: str | Path) -> Corrector:
+        return cls.from_state(_from_jsonable(json.loads(Path(path).read_text())))
 
 
 def _jsonable(value: Any) -> Any:

@@ -4,7 +4,7 @@ A run directory looks like::
 
     RUN/config.json        the resolved, validated config (reload it to reproduce the run)
     RUN/metrics.jsonl      one JSON object per logged step: {"step": s, "time": t, metric: value...}
-    RUN/tensorboard/       event files, when asked
+    RUN/tensorboard/       event files, when ``report_to`` has tensorboard (wandb, mlflow, trackio: their own stores)
     RUN/plots/*.png        calibration curve, anchor/world-model weights, reward over steps
 
 ``None`` values (unknown) are written to JSONL as ``null`` and skipped by TensorBoard: unknown is
@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ import numpy as np
 
 from wmrl.core.config import to_dict
 
-__all__ = ["RunWriter", "plot_run"]
+__all__ = ["RunWriter", "plot_run", "read_metrics", "write_json_atomic"]
 
 
 def _clean(value: Any) -> Any:
@@ -36,42 +36,36 @@ def _clean(value: Any) -> Any:
 
 
 class RunWriter:
-    """Writes a run directory. Use as a context manager or call :meth:`close`."""
+    """Writes a run directory: ``config.json``, ``metrics.jsonl`` and the experiment trackers asked for.
+
+    Args:
+        out_dir: the run directory (created).
+        config: the resolved config (a dataclass or a dict) written to ``config.json``; ``None`` leaves it.
+        report_to: trackers, any of ``tensorboard`` (``RUN/tensorboard``), ``wandb``, ``mlflow``,
+            ``trackio``; each imports its package here and fails with the install hint if it is absent.
+            W&B / MLflow / Trackio take their project from their own environment variables
+            (``WANDB_PROJECT``, ``MLFLOW_EXPERIMENT_NAME``, ...) and default to ``wmrl``.
+        name: the run's name in those trackers (default: the run directory's name).
+
+    Use as a context manager or call :meth:`close`.
+    """
 
     def __init__(
         self,
         out_dir: str | Path,
         config: Any = None,
-        tensorboard: bool = False,
-        wandb_project: str | None = None,
+        report_to: Sequence[str] = (),
+        name: str | None = None,
     ) -> None:
         self.dir = Path(out_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
+        data = None
         if config is not None:
             data = to_dict(config) if not isinstance(config, Mapping) else dict(config)
-            (self.dir / "config.json").write_text(json.dumps(data, indent=2, default=str))
+            write_json_atomic(self.dir / "config.json", data)
         # Append: a resumed run continues its log. Closed in close().
         self._metrics = open(self.dir / "metrics.jsonl", "a")  # noqa: SIM115
-        self._tb = None
-        self._wandb = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError as err:
-                raise ImportError(
-                    "TensorBoard logging needs the tensorboard package: pip install 'wmrl[viz]'"
-                ) from err
-            self._tb = SummaryWriter(str(self.dir / "tensorboard"))
-        if wandb_project:
-            try:
-                import wandb
-            except ImportError as err:
-                raise ImportError("W&B logging needs wandb: pip install wandb") from err
-            self._wandb = wandb.init(
-                project=wandb_project,
-                dir=str(self.dir),
-                config=to_dict(config) if config is not None else None,
-            )
+        self._trackers = [_open_tracker(kind, self.dir, name or self.dir.name, data) for kind in report_to]
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         record = {"step": int(step), "time": time.time()}
@@ -83,29 +77,92 @@ class RunWriter:
             for k, v in record.items()
             if k not in ("step", "time") and isinstance(v, (int, float)) and not isinstance(v, bool)
         }
-        if self._tb is not None:
-            for key, value in numeric.items():
-                self._tb.add_scalar(key, value, step)
-        if self._wandb is not None:
-            self._wandb.log(numeric, step=step)
+        for tracker in self._trackers:
+            tracker.log(numeric, step)
 
     def write_json(self, name: str, data: Any) -> Path:
-        path = self.dir / name
-        path.write_text(json.dumps(data, indent=2, default=str))
-        return path
+        return write_json_atomic(self.dir / name, data)
 
     def close(self) -> None:
         self._metrics.close()
-        if self._tb is not None:
-            self._tb.close()
-        if self._wandb is not None:
-            self._wandb.finish()
+        for tracker in self._trackers:
+            tracker.close()
+        self._trackers = []
 
     def __enter__(self) -> RunWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def write_json_atomic(path: Path, data: Any) -> Path:
+    """Write ``data`` as indented JSON through a temporary file, so a crash never leaves half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.replace(path)
+    return path
+
+
+class _Tracker:
+    """One experiment tracker: ``log(numeric metrics, step)`` and ``close()``."""
+
+    def __init__(self, log, close) -> None:
+        self.log, self.close = log, close
+
+
+def _require(module: str, kind: str):
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise ImportError(
+            f"logging.report_to includes {kind!r}, which needs its package: pip install {kind}"
+        ) from err
+
+
+def _open_tracker(kind: str, run_dir: Path, name: str, config: Mapping[str, Any] | None) -> _Tracker:
+    import os
+
+    project = os.environ.get("WMRL_PROJECT", "wmrl")
+    if kind == "tensorboard":
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as err:
+            raise ImportError(
+                "logging.report_to includes 'tensorboard', which needs its package: pip install tensorboard"
+            ) from err
+        writer = SummaryWriter(str(run_dir / "tensorboard"))
+
+        def log(metrics, step):
+            for key, value in metrics.items():
+                writer.add_scalar(key, value, step)
+
+        return _Tracker(log, writer.close)
+    if kind == "wandb":
+        wandb = _require("wandb", kind)
+        run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT", project), name=name, dir=str(run_dir), config=config
+        )
+        return _Tracker(lambda m, s: run.log(m, step=s), run.finish)
+    if kind == "mlflow":
+        mlflow = _require("mlflow", kind)
+        mlflow.set_experiment(os.environ.get("MLFLOW_EXPERIMENT_NAME", project))
+        mlflow.start_run(run_name=name)
+        if config:
+            from wmrl.core.train_config import flatten
+
+            mlflow.log_params({k: str(v)[:250] for k, v in flatten(config).items()})
+        return _Tracker(
+            lambda m, s: mlflow.log_metrics({k.replace("/", "_"): v for k, v in m.items()}, step=s),
+            mlflow.end_run,
+        )
+    if kind == "trackio":
+        trackio = _require("trackio", kind)
+        trackio.init(project=os.environ.get("TRACKIO_PROJECT", project), name=name, config=config)
+        return _Tracker(lambda m, s: trackio.log(m, step=s), trackio.finish)
+    raise ValueError(f"unknown tracker {kind!r}")
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
@@ -120,7 +177,8 @@ def plot_run(run_dir: str | Path, debiaser: Any = None, reward_key: str | None =
 
     * ``calibration.png``: the anchor pairs (world model vs real) and the fitted isotonic map;
     * ``weights.png``: anchor and world-model group weights and the anchor fraction over steps;
-    * ``reward.png``: ``reward_key`` (or every key ending in ``reward``/``reward_mean``) over steps.
+    * ``reward.png``: ``reward_key`` (or every ``reward/*`` key and every key ending in
+      ``reward``/``reward_mean``) over steps.
     """
     import matplotlib
 
@@ -183,7 +241,9 @@ def plot_run(run_dir: str | Path, debiaser: Any = None, reward_key: str | None =
     keys = (
         [reward_key]
         if reward_key
-        else sorted({k for r in rows for k in r if k.endswith(("reward", "reward_mean"))})
+        else sorted(
+            {k for r in rows for k in r if k.startswith("reward/") or k.endswith(("reward", "reward_mean"))}
+        )
     )
     if keys:
         line_plot("reward.png", "Reward", [(k, k) for k in keys])

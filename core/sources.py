@@ -80,12 +80,15 @@ class Grade:
         status: a short outcome label (``"valid"``, ``"runtime_error"``, ``"timeout"``...), if the source has one.
         variance: the source's own estimate of the variance of ``value`` (score units²), if it has one.
         info: anything else worth logging (resources, reasons, raw text).
+        feedback: what the policy observes about this outcome in its next turn (multi-turn episodes:
+            an execution log, a predicted one), if the source produces one; see ``RolloutNeeds.feedback``.
     """
 
     value: float | None
     status: str | None = None
     variance: float | None = None
     info: Mapping[str, Any] = field(default_factory=dict)
+    feedback: Any = None
 
 
 @dataclass
@@ -162,7 +165,7 @@ def collect_grades(source: RewardSource, items: Sequence[Any]) -> list[Grade]:
                 raise SourceError(
                     f"source {name!r} gave item {i} a variance of {variance}: it must be finite and >= 0"
                 )
-            grades.append(Grade(value, entry.status, variance, entry.info))
+            grades.append(Grade(value, entry.status, variance, entry.info, entry.feedback))
         else:
             grades.append(Grade(_validate_value(name, i, entry)))
     return grades

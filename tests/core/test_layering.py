@@ -6,6 +6,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 BASE_ONLY = """
 import sys, importlib.abc
@@ -17,7 +19,10 @@ class Block(importlib.abc.MetaPathFinder):
             raise ImportError(f"{name} is not a base dependency")
 sys.meta_path.insert(0, Block())
 import pkgutil, importlib, wmrl.core
-for mod in pkgutil.walk_packages(wmrl.core.__path__, "wmrl.core."):
+# Engine adapters (wmrl.core.engines.<engine>) need their engine; everything else is base-only.
+for mod in pkgutil.walk_packages(wmrl.core.__path__, "wmrl.core.", onerror=lambda name: None):
+    if mod.name.startswith("wmrl.core.engines."):
+        continue
     importlib.import_module(mod.name)
 from wmrl.core.cli import build_parser
 build_parser()  # registering every plugin's commands must not need an extra either
@@ -41,6 +46,36 @@ def test_core_never_imports_the_domain_packages():
                 ] in ("autoresearch", "embodied"):
                     offenders.append(f"{path.relative_to(ROOT)}: {name}")
     assert not offenders, offenders
+
+
+def _imports(folder):
+    """(path, imported module) for every import statement under ``folder``."""
+    for path in (ROOT / folder).rglob("*.py"):
+        if "fidelity/corpus" in path.as_posix():  # solution scripts with deliberate errors, not our code
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    yield path, alias.name
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                yield path, node.module
+
+
+def test_the_domains_never_import_each_other():
+    offenders = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for folder, other in (("autoresearch", "embodied"), ("embodied", "autoresearch"))
+        for path, name in _imports(folder)
+        if name.split(".")[:2] == ["wmrl", other] or name.split(".")[0] == other
+    ]
+    assert not offenders, offenders
+
+
+def test_engine_adapters_import_with_their_engine():
+    pytest.importorskip("trl")
+    import wmrl.core.engines.trl as trl_engine
+
+    assert trl_engine.WMRLGRPOTrainer.__module__ == "wmrl.core.engines.trl.trainer"
 
 
 def test_core_and_the_cli_import_with_only_the_base_dependencies():
@@ -118,3 +153,24 @@ def test_test_file_names_are_unique():
     names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     assert not duplicates, f"rename these test files so their names are unique: {duplicates}"
+
+
+def test_trl_is_pinned_to_the_minor_version_the_engine_overrides():
+    """The TRL engine overrides private methods of one TRL minor version: pyproject pins exactly that."""
+    import re
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    spec = next(d for d in config["project"]["optional-dependencies"]["autoresearch"] if d.startswith("trl"))
+    source = (ROOT / "core" / "engines" / "trl" / "trainer.py").read_text()
+    supported = re.search(r'SUPPORTED_TRL = "([\d.]+)"', source).group(1)
+    major, minor = (int(x) for x in supported.split("."))
+    assert spec.replace(" ", "") == f"trl>={major}.{minor},<{major}.{minor + 1}", spec
+    trl = pytest.importorskip("trl")
+    assert ".".join(trl.__version__.split(".")[:2]) == supported, "the installed TRL is not the pinned one"
+
+
+def test_version_flag():
+    result = subprocess.run(
+        [sys.executable, "-m", "wmrl.core.cli", "--version"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0 and result.stdout.startswith("wmrl ")

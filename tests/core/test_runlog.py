@@ -24,7 +24,7 @@ def test_plots_and_tensorboard(tmp_path):
     pytest.importorskip("tensorboard")
     c = Corrector(CorrectorConfig(debias=DebiasConfig(min_pairs=8)))
     rng = np.random.default_rng(0)
-    with RunWriter(tmp_path, c.config, tensorboard=True) as run:
+    with RunWriter(tmp_path, c.config, report_to=["tensorboard"]) as run:
         for _ in range(10):
             true = rng.random((8, 4))
             plan = c.plan([f"{c.step_count}:{i}" for i in range(8)])
@@ -33,3 +33,20 @@ def test_plots_and_tensorboard(tmp_path):
     paths = plot_run(tmp_path, c.debiaser)
     assert {p.name for p in paths} == {"calibration.png", "weights.png", "reward.png"}
     assert any((tmp_path / "tensorboard").iterdir())
+
+
+def test_unknown_tracker_or_missing_package_is_a_clear_error(tmp_path, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_wandb(name, *args, **kwargs):
+        if name == "wandb":
+            raise ImportError("no wandb here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_wandb)
+    with pytest.raises(ImportError, match="pip install wandb"):
+        RunWriter(tmp_path, report_to=["wandb"])
+    with pytest.raises(ValueError, match="unknown tracker"):
+        RunWriter(tmp_path, report_to=["carrier-pigeon"])

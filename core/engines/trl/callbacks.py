@@ -1,4 +1,4 @@
-"""Trainer callbacks of a WMRL run: the run log (JSONL + TensorBoard) and the progress bar."""
+"""The run log of a TRL run (``metrics.jsonl`` through a :class:`~wmrl.core.runlog.RunWriter`) and its progress bar."""
 
 from __future__ import annotations
 
@@ -24,6 +24,11 @@ class RunLogCallback(TrainerCallback):
         self.progress = progress
         self.total = total
         self.bar = None
+
+    def set_phase(self, name: str) -> None:
+        """Show what the step in progress is doing (generation, scoring, update)."""
+        if self.bar is not None:
+            self.bar.set_description_str(f"GRPO · {name}", refresh=True)
 
     def on_train_begin(self, args, state, control, **kwargs):
         if self.progress:

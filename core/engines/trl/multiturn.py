@@ -1,0 +1,205 @@
+"""K-turn episodes on TRL (``rollout_func``): K attempts per rollout, each graded, each outcome the next observation.
+
+The anchor / world-model decision is made for each group from keys alone, before generation, so
+every turn of an anchor group is executed for real and every turn of a world-model group is graded
+by the world model (the world model also grades the anchor rows: the other half of their
+calibration pairs). Per turn:
+
+* the policy generates a reply for every row from ``prompt + everything so far`` (one batched,
+  left-padded ``generate``); the domain's item function turns it into what the sources grade;
+* :meth:`~wmrl.core.pipeline.RewardPipeline.score` grades the turn (both streams concurrently);
+* the domain's *episode* (:class:`TurnEpisode`) turns the outcome of the row's stream (its reward and
+  ``Grade.feedback``) into the next user message, which is rendered with the chat template
+  (:func:`feedback_suffix`) and appended to the completion with ``env_mask = 0``, so observation
+  tokens never enter the loss.
+
+The completion TRL trains on is ``reply_1 + observation_1 + ... + reply_K`` as token ids (the reply
+tokens are exactly those sampled; nothing is re-tokenised). A row's reward is the episode's
+trajectory reward; anchor rows also get the episode's aggregate of their world-model turn scores,
+which pairs with the real reward for calibration.
+
+The domain supplies only :data:`EpisodeFactory`: what a reply and an outcome mean for its agent.
+Everything the rollout needs from the trainer comes in one :class:`TurnContext`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from wmrl.core.pipeline import RewardPipeline
+
+__all__ = ["EpisodeFactory", "TurnContext", "TurnEpisode", "feedback_suffix", "multi_turn_rollout"]
+
+_SENTINEL = "\u2063WMRL-REPLY\u2063"
+
+
+class TurnEpisode(Protocol):
+    """One K-turn episode of a domain's agent.
+
+    ``add_reply(text)`` records the policy's reply; ``add_outcome(reward, feedback, status)`` records
+    how the turn was graded (``feedback`` is ``Grade.feedback`` of the stream that graded it, ``None``
+    when unknown) and returns the next user message (``None`` after the last turn); ``reward()`` is
+    the trajectory's reward; ``aggregate(rewards)`` applies the same rule to another list of turn
+    rewards (the world model's, for an anchor row's calibration pair).
+    """
+
+    def add_reply(self, text: str) -> Any: ...
+
+    def add_outcome(self, reward: float | None, feedback: Any, status: str | None) -> str | None: ...
+
+    def reward(self) -> float | None: ...
+
+    def aggregate(self, rewards: Sequence[float | None]) -> float | None: ...
+
+
+#: ``(prompt, dataset row) -> TurnEpisode``.
+EpisodeFactory = Callable[[Any, Mapping[str, Any]], TurnEpisode]
+
+
+@dataclass
+class TurnContext:
+    """What the K-turn rollout of one rank's rows needs (built by ``WMRLGRPOTrainer.turn_context``).
+
+    Attributes:
+        rows: this rank's dataset rows, one per rollout.
+        anchor: ``(n,)`` bool, the rows of anchor groups.
+        pipeline: the reward side (grades each turn, books the ledger).
+        item_fn: ``(reply text, row) -> item``.
+        episodes: the domain's episode factory.
+        turns: K.
+        tokenizer: the policy's tokenizer (chat template, decoding).
+        template_kwargs: extra arguments of the chat template.
+        generate: ``(contexts, max_new_tokens) -> replies`` as token ids (through the first stop token).
+        max_new_tokens: cap on each reply.
+        stop_token_ids: tokens that end a reply.
+        seconds / statuses: where the step's seconds per stream and real-execution outcomes go.
+    """
+
+    rows: list[Mapping[str, Any]]
+    anchor: np.ndarray
+    pipeline: RewardPipeline
+    item_fn: Callable[[str, Mapping[str, Any]], Any]
+    episodes: EpisodeFactory
+    turns: int
+    tokenizer: Any
+    template_kwargs: dict[str, Any]
+    generate: Callable[[list[list[int]], int], list[list[int]]]
+    max_new_tokens: int
+    stop_token_ids: set[int]
+    seconds: Callable[[Mapping[str, float]], None]
+    statuses: list[str] = field(default_factory=list)
+
+
+def feedback_suffix(
+    tokenizer: Any, message: str, reply_ended: bool, template_kwargs: dict | None = None
+) -> str:
+    """The chat-template text between the end of an assistant reply and the next assistant turn.
+
+    Rendered by the tokenizer's own template around a sentinel reply, so it is exact for any
+    template: it closes the assistant turn (unless the reply already ended with the end-of-turn
+    token, ``reply_ended``), adds the user ``message`` and opens the next assistant turn.
+    """
+    messages = [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": _SENTINEL},
+        {"role": "user", "content": message},
+    ]
+    text = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, **(template_kwargs or {})
+    )
+    at = text.find(_SENTINEL)
+    if at < 0:
+        raise ValueError(
+            "the chat template drops assistant messages; K-turn episodes cannot be rendered with it"
+        )
+    suffix = text[at + len(_SENTINEL) :]
+    eos = tokenizer.eos_token or ""
+    if reply_ended and eos and suffix.startswith(eos):
+        suffix = suffix[len(eos) :]
+    return suffix
+
+
+def _value(x: float) -> float | None:
+    return None if x is None or math.isnan(x) else float(x)
+
+
+def multi_turn_rollout(ctx: TurnContext, prompts: list) -> dict[str, Any]:
+    """Run K-turn episodes for this rank's ``prompts`` (G copies of each, contiguous); TRL's rollout dict."""
+    tokenizer = ctx.tokenizer
+    n = len(prompts)
+    prompt_ids = [
+        tokenizer(
+            tokenizer.apply_chat_template(
+                p, tokenize=False, add_generation_prompt=True, **ctx.template_kwargs
+            ),
+            add_special_tokens=False,
+        )["input_ids"]
+        for p in prompts
+    ]
+    episodes = [ctx.episodes(p, row) for p, row in zip(prompts, ctx.rows, strict=True)]
+    completion: list[list[int]] = [[] for _ in range(n)]
+    env_mask: list[list[int]] = [[] for _ in range(n)]
+    wm_turns: list[list[float | None]] = [[] for _ in range(n)]
+    last_status: list[str | None] = [None] * n
+    ledger = ctx.pipeline.ledger
+
+    for _turn in range(ctx.turns):
+        start = time.perf_counter()
+        replies = ctx.generate(
+            [p + c for p, c in zip(prompt_ids, completion, strict=True)], ctx.max_new_tokens
+        )
+        elapsed = time.perf_counter() - start
+        ledger.add("generation", elapsed, items=n)
+        ctx.seconds({"generation": elapsed})
+        texts = tokenizer.batch_decode(replies, skip_special_tokens=True)
+        items = []
+        for i, text in enumerate(texts):
+            episodes[i].add_reply(text)
+            items.append(ctx.item_fn(text, ctx.rows[i]))
+        scores = ctx.pipeline.score(items, ctx.anchor)
+        ctx.seconds(scores.seconds)
+        ctx.statuses.extend(scores.statuses)
+        feedback = scores.feedback(ctx.anchor)
+        for i in range(n):
+            grade = scores.real_grades[i] if ctx.anchor[i] else scores.wm_grades[i]
+            reward = grade.value if grade is not None else None
+            last_status[i] = grade.status if grade is not None else None
+            wm_turns[i].append(_value(scores.wm[i]))
+            message = episodes[i].add_outcome(reward, feedback[i], last_status[i])
+            reply = replies[i]
+            completion[i] += reply
+            env_mask[i] += [1] * len(reply)
+            if message is not None:
+                ended = bool(reply) and reply[-1] in ctx.stop_token_ids
+                suffix_ids = tokenizer(
+                    feedback_suffix(tokenizer, message, ended, ctx.template_kwargs), add_special_tokens=False
+                )["input_ids"]
+                completion[i] += suffix_ids
+                env_mask[i] += [0] * len(suffix_ids)
+
+    uses_wm = ctx.pipeline.world_model is not None
+    wm_value: list[float | None] = []
+    real_value: list[float | None] = []
+    for i, episode in enumerate(episodes):
+        trajectory = episode.reward()  # the stream that produced this row's observations
+        if ctx.anchor[i]:
+            real_value.append(trajectory)
+            wm_value.append(episode.aggregate(wm_turns[i]) if uses_wm else None)
+        else:
+            real_value.append(None)
+            wm_value.append(trajectory)
+    return {
+        "prompt_ids": prompt_ids,
+        "completion_ids": completion,
+        "logprobs": None,  # TRL recomputes log-probs with the policy; sampling log-probs only serve vLLM
+        "env_mask": env_mask,
+        "wmrl_wm": [None if v is None or math.isnan(v) else float(v) for v in wm_value],
+        "wmrl_real": [None if v is None or math.isnan(v) else float(v) for v in real_value],
+        "wmrl_status": last_status,
+    }

@@ -1,0 +1,670 @@
+"""``WMRLGRPOTrainer``: TRL's GRPO with the reward side of :class:`~wmrl.core.pipeline.RewardPipeline`.
+
+Domain-neutral: it knows prompts, completions and the two injected reward sources, nothing about
+tasks or sandboxes. A domain configures it with an *item function* ``(completion text, dataset row)
+-> item`` (what both sources grade, or an :class:`~wmrl.core.rollouts.Exact`), and for K-turn
+episodes an *episode factory* (:mod:`.multiturn`).
+
+Per generation batch (one corrector step), on every rank:
+
+1. **plan** (before generation, from keys only): group keys are ``<prompt id>@<global step>``,
+   gathered from every rank so the plan is identical everywhere; ``pipeline.plan`` picks anchors;
+2. **generate**: TRL's own generation (K = 1), or the K-turn rollout (:mod:`.multiturn`), in which
+   anchor groups see real feedback each turn and world-model groups the world model's;
+3. **score** (``_calculate_rewards``): each rank grades its local completions through
+   ``pipeline.score`` (world model and real execution concurrently); the (world model, variance,
+   real) columns are gathered to the whole batch;
+4. **correct**: ``pipeline.correct`` on the gathered batch, identically on every rank; calibrated
+   rewards (NaN = unknown) go back to TRL (its reward metrics describe them);
+5. **advantages** (``_generate_and_score_completions``): TRL's own advantages are replaced by the
+   corrector's (fusion weights on the *advantages*); unknown rollouts get advantage 0 AND leave the
+   loss mask. ``wmrl/*``, ``cost/*`` and ``anchor_status/*`` join TRL's metrics; the completions
+   table gets the world model's raw and calibrated scores and the real result beside each completion.
+
+The correction's state and every rank's ledger are written into every checkpoint folder (the files
+of :mod:`wmrl.core.pipeline`) and restored by ``train(resume_from_checkpoint=...)``. The first
+Ctrl-C finishes the step in progress, saves a checkpoint and stops (:attr:`stopped_early`).
+
+TRL's private methods are overridden here (``_calculate_rewards``, ``_generate_and_score_completions``,
+``_generate``, ``_prepare_inputs``, ``_save_checkpoint``, ``_load_optimizer_and_scheduler``); they
+are those of TRL 1.16 (:data:`SUPPORTED_TRL`; the trainer refuses another minor version).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import trl
+from accelerate.utils import gather_object
+from transformers import TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from trl import GRPOTrainer
+
+from wmrl.core.completions import CompletionsTable, completion_rows, format_sample
+from wmrl.core.corrector import Correction, Corrector, CorrectorConfig, Plan
+from wmrl.core.engines.trl.multiturn import EpisodeFactory, TurnContext, multi_turn_rollout
+from wmrl.core.interrupt import GracefulStop
+from wmrl.core.ledger import CostLedger
+from wmrl.core.modes import Mode
+from wmrl.core.pipeline import RewardPipeline
+from wmrl.core.rollouts import needs_of
+from wmrl.core.sources import RewardSource
+
+__all__ = ["SUPPORTED_TRL", "ItemFn", "WMRLGRPOTrainer", "completion_text", "wmrl_reward"]
+
+#: The TRL minor version whose private methods this trainer overrides (pyproject pins the same).
+SUPPORTED_TRL = "1.16"
+
+#: ``(completion text, dataset row) -> item or Exact``.
+ItemFn = Callable[[str, Mapping[str, Any]], Any]
+
+
+def completion_text(completion: Any) -> str:
+    """The generated text of a TRL completion (a string, or a list of chat messages)."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, Sequence) and completion and isinstance(completion[-1], Mapping):
+        content = completion[-1].get("content", "")
+        if isinstance(content, str):
+            return content
+        # typed content blocks: keep the text parts
+        return "".join(part.get("text", "") for part in content if isinstance(part, Mapping))
+    raise TypeError(f"cannot read the text of a completion of type {type(completion).__name__}")
+
+
+def _text_item(text: str, row: Mapping[str, Any]) -> str:
+    return text
+
+
+def wmrl_reward(**_: Any) -> list[float]:
+    """The reward function TRL sees. Never called: ``WMRLGRPOTrainer._calculate_rewards`` replaces
+    TRL's reward loop (it needs the whole gathered batch and both streams at once)."""
+    raise RuntimeError(
+        "wmrl_reward is computed by WMRLGRPOTrainer._calculate_rewards; it is not a stand-alone TRL reward function"
+    )
+
+
+def _check_trl_version() -> None:
+    installed = ".".join(trl.__version__.split(".")[:2])
+    if installed != SUPPORTED_TRL:
+        raise ImportError(
+            f"WMRLGRPOTrainer overrides private methods of TRL {SUPPORTED_TRL}; TRL {trl.__version__} is installed "
+            f"(pip install 'trl=={SUPPORTED_TRL}.*')"
+        )
+
+
+@dataclass
+class _Step:
+    """What one generation batch knows between planning, scoring and the advantages."""
+
+    group_keys: list[str]
+    group_tasks: list[str] | None
+    n_local: int
+    inputs: list[dict[str, Any]]
+    plan: Plan | None = None
+    correction: Correction | None = None
+    columns: np.ndarray | None = None  # gathered (B, 3): world model, variance, real
+    seconds: dict[str, float] = field(default_factory=dict)
+    #: outcomes of this rank's real executions (anchor rollouts; every turn when K > 1)
+    statuses: list[str] = field(default_factory=list)
+    #: per local row the outcome label of the stream that trains it
+    row_statuses: list[str | None] = field(default_factory=list)
+
+    def add_time(self, seconds: Mapping[str, float]) -> None:
+        for name, value in seconds.items():
+            self.seconds[name] = self.seconds.get(name, 0.0) + value
+
+
+class _OptimizerTimer(TrainerCallback):
+    """Books the optimiser step (between ``on_pre_optimizer_step`` and ``on_optimizer_step``) to ``update``."""
+
+    def __init__(self, trainer: WMRLGRPOTrainer) -> None:
+        self.trainer = trainer
+        self.start: float | None = None
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self.start = time.perf_counter()
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        if self.start is not None:
+            self.trainer.ledger.add("update", time.perf_counter() - self.start)
+            self.start = None
+
+
+class _StopOnRequest(TrainerCallback):
+    """After a step, if Ctrl-C was pressed on any rank: save a checkpoint and stop training."""
+
+    def __init__(self, trainer: WMRLGRPOTrainer) -> None:
+        self.trainer = trainer
+
+    def on_step_end(self, args, state, control, **kwargs):
+        stop = self.trainer._stop
+        requested = stop is not None and stop.requested
+        if self.trainer.accelerator.num_processes > 1:  # every rank must stop at the same step
+            requested = any(gather_object([requested]))
+        if requested:
+            self.trainer.stopped_early = True
+            control.should_save = True
+            control.should_training_stop = True
+        return control
+
+
+class WMRLGRPOTrainer(GRPOTrainer):
+    """TRL ``GRPOTrainer`` whose rewards and advantages come from a :class:`~wmrl.core.pipeline.RewardPipeline`.
+
+    Args:
+        model: the policy (a model or a model spec TRL accepts).
+        args: TRL ``GRPOConfig``. ``multi_objective_aggregation`` must be ``sum_then_normalize``;
+            evaluation during training is not supported.
+        train_dataset: rows with ``prompt`` and a prompt-id column (``prompt_id_column``: one id per
+            distinct prompt), plus whatever the item function reads.
+        world_model / anchor: the two reward sources (see :class:`~wmrl.core.pipeline.RewardPipeline`).
+        mode: ``real`` | ``world_model`` | ``wmrl``.
+        corrector: a ``CorrectorConfig`` (the mode's preset applied on top) or a built ``Corrector``.
+        item_fn: ``(completion text, row) -> item | Exact`` (default: the text itself).
+        episodes: for K-turn episodes, ``(prompt, row) -> episode`` (:mod:`.multiturn`); ``turns > 1``
+            needs it, and sources that give feedback (``needs.feedback``).
+        turns: attempts per episode (K).
+        ledger: the cost ledger (default: accelerator counts from the training device).
+        prompt_id_column / task_column: dataset columns of the prompt id and the task key (the
+            scheduler stratifies by task; ``None``: no strata).
+        statuses: the outcome labels real execution can report; each is logged as an
+            ``anchor_status/<label>`` share every step (labels not listed appear when seen).
+        completions: write each batch's completions table here (``None``: not written).
+        completions_to_print: rows of it printed per step (main process).
+        processing_class, callbacks, peft_config: as in TRL.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        args: Any,
+        train_dataset: Any,
+        world_model: RewardSource | None = None,
+        anchor: RewardSource | None = None,
+        mode: Mode | str = Mode.WMRL,
+        corrector: CorrectorConfig | Corrector | None = None,
+        item_fn: ItemFn | None = None,
+        episodes: EpisodeFactory | None = None,
+        turns: int = 1,
+        ledger: CostLedger | None = None,
+        prompt_id_column: str = "prompt_id",
+        task_column: str | None = "task_id",
+        statuses: Sequence[str] = (),
+        completions: CompletionsTable | None = None,
+        completions_to_print: int = 0,
+        processing_class: Any = None,
+        callbacks: Sequence[TrainerCallback] | None = None,
+        peft_config: Any = None,
+    ) -> None:
+        _check_trl_version()
+        if getattr(args, "multi_objective_aggregation", "sum_then_normalize") == "normalize_then_sum":
+            raise ValueError(
+                "multi_objective_aggregation='normalize_then_sum' is not supported by WMRLGRPOTrainer: it "
+                "re-normalises each reward function separately and across the batch, which would undo the "
+                "corrector's per-group advantages and fusion weights; use 'sum_then_normalize' (the default)"
+            )
+        if str(getattr(args, "eval_strategy", "no")) not in ("no", "IntervalStrategy.NO"):
+            raise ValueError(
+                "evaluation inside GRPO training is not supported by WMRLGRPOTrainer (the corrector would "
+                "treat eval batches as training steps); set eval_strategy='no' and evaluate checkpoints"
+            )
+        train_dataset_columns = getattr(train_dataset, "column_names", None)
+        if train_dataset_columns is not None and prompt_id_column not in train_dataset_columns:
+            raise ValueError(
+                f"the training dataset has no {prompt_id_column!r} column: every row needs a prompt id "
+                "(anchor groups are chosen from it, identically on every rank)"
+            )
+        self.pipeline = RewardPipeline(world_model, anchor, mode=mode, corrector=corrector, ledger=ledger)
+        if not isinstance(turns, int) or isinstance(turns, bool) or turns < 1:
+            raise ValueError(f"turns must be an integer >= 1; got {turns!r}")
+        multi_turn = turns > 1
+        if multi_turn:
+            self._check_multi_turn(episodes)
+        self.mode = self.pipeline.mode
+        self.turns = turns
+        self.episodes = episodes
+        self.item_fn = item_fn or _text_item
+        self.prompt_id_column = prompt_id_column
+        self.task_column = task_column
+        self.statuses = tuple(dict.fromkeys([*statuses, "unknown"]))  # unknown: a source without labels
+        self.completions = completions
+        self.completions_to_print = completions_to_print
+        self.stopped_early = False
+        #: called with the phase of the step in progress ("generation", "scoring", "update"), for progress
+        self.on_phase: Callable[[str], None] = lambda name: None
+        self._stop: GracefulStop | None = None
+        self._wmrl_step: _Step | None = None
+        self._prepare_seconds = 0.0
+        super().__init__(
+            model=model,
+            reward_funcs=[wmrl_reward],
+            args=args,
+            train_dataset=train_dataset,
+            processing_class=processing_class,
+            callbacks=list(callbacks) if callbacks else None,
+            peft_config=peft_config,
+            rollout_func=_rollout_entry if multi_turn else None,
+        )
+        prompts_needed = self.args.generation_batch_size // self.num_generations
+        if hasattr(train_dataset, "__len__") and len(train_dataset) < prompts_needed:
+            # TRL's sampler drops an incomplete batch: too few prompts and training stops at step 0, silently.
+            raise ValueError(
+                f"one generation batch needs {prompts_needed} distinct prompts (per-device batch "
+                f"{self.args.per_device_train_batch_size} x {self.accelerator.num_processes} processes x "
+                f"{self.args.steps_per_generation} steps per generation / {self.num_generations} rollouts), "
+                f"but the training dataset has {len(train_dataset)}: add prompts or shrink the batch"
+            )
+        if self.num_generations < 2:
+            raise ValueError(
+                f"GRPO groups need at least 2 rollouts; num_generations is {self.num_generations}"
+            )
+        if self.accelerator.device.type == "cpu" and (args.bf16 or args.gradient_checkpointing):
+            warnings.warn(
+                "GRPO on a CPU with bf16 or gradient checkpointing runs several times slower; pass "
+                "GRPOConfig(use_cpu=True, bf16=False, gradient_checkpointing=False)",
+                stacklevel=2,
+            )
+        if ledger is None:
+            # This process's accelerators (1 per rank; all visible GPUs for a single-process run).
+            held = float(max(self.args.n_gpu, 1)) if self.accelerator.device.type == "cuda" else 0.0
+            self.pipeline.ledger = CostLedger(
+                {"generation": held, "update": held, "world_model": held, "anchor": 0.0}
+            )
+        self.add_callback(_OptimizerTimer(self))
+        self.add_callback(_StopOnRequest(self))
+
+    def _check_multi_turn(self, episodes: EpisodeFactory | None) -> None:
+        if episodes is None:
+            raise ValueError(
+                "turns > 1 needs an episode factory (episodes=...): how a reply and its outcome become the next turn"
+            )
+        if self.pipeline.plans_after_scoring:
+            raise ValueError(
+                "the active scheduler (scheduler.active_share > 0) needs world-model scores before choosing "
+                "anchors, but with K > 1 anchors must be chosen before the rollout: set active_share to 0"
+            )
+        for source in (self.pipeline.world_model, self.pipeline.anchor):
+            if source is not None and not needs_of(source).feedback:
+                raise ValueError(
+                    f"K-turn episodes show each turn's outcome to the policy, but source {source.name!r} gives no "
+                    "feedback (it must declare needs=RolloutNeeds(feedback=True) and fill Grade.feedback)"
+                )
+
+    # ------------------------------------------------------------------ shared state
+
+    @property
+    def corrector(self) -> Corrector:
+        return self.pipeline.corrector
+
+    @property
+    def ledger(self) -> CostLedger:
+        return self.pipeline.ledger
+
+    @property
+    def world_model(self) -> RewardSource | None:
+        return self.pipeline.world_model
+
+    @property
+    def anchor(self) -> RewardSource | None:
+        return self.pipeline.anchor
+
+    # ------------------------------------------------------------------ planning
+
+    def _local_keys(self, inputs: Sequence[dict[str, Any]]) -> tuple[list[str], list[str] | None]:
+        keys, tasks = [], None
+        for row in inputs:
+            if self.prompt_id_column not in row:
+                raise KeyError(f"a training row has no {self.prompt_id_column!r} column (the prompt id)")
+            keys.append(str(row[self.prompt_id_column]))
+        if self.task_column is not None and all(self.task_column in row for row in inputs):
+            tasks = [str(row[self.task_column]) for row in inputs]
+        return keys, tasks
+
+    def _new_step(self, inputs: Sequence[dict[str, Any]]) -> _Step:
+        """Gather the prompt ids of the whole generation batch and name its groups (same on every rank)."""
+        keys, tasks = self._local_keys(inputs)
+        all_keys = list(gather_object(keys))
+        all_tasks = list(gather_object(tasks)) if tasks is not None else None
+        g = self.num_generations
+        if len(all_keys) % g:
+            raise RuntimeError(
+                f"the generation batch ({len(all_keys)} rows) is not a multiple of {g} rollouts"
+            )
+        group_keys, group_tasks, seen = [], [], {}
+        for start in range(0, len(all_keys), g):
+            block = set(all_keys[start : start + g])
+            if len(block) != 1:
+                raise RuntimeError(
+                    f"rows {start}..{start + g - 1} of the generation batch belong to different prompts {sorted(block)}: "
+                    "TRL's sampler keeps a group's copies contiguous; a custom sampler must too"
+                )
+            base = f"{all_keys[start]}@{self.state.global_step}"
+            # the same prompt twice in one batch (a dataset smaller than the batch): keep keys unique
+            count = seen.get(base, 0)
+            seen[base] = count + 1
+            group_keys.append(base if count == 0 else f"{base}#{count}")
+            if all_tasks is not None:
+                group_tasks.append(all_tasks[start])
+        return _Step(group_keys, group_tasks if all_tasks is not None else None, len(inputs), list(inputs))
+
+    def _plan(self, step: _Step, wm_scores: np.ndarray | None = None) -> None:
+        start = time.perf_counter()
+        step.plan = self.pipeline.plan(step.group_keys, step.group_tasks, wm_scores)
+        step.add_time({"corrector": time.perf_counter() - start})
+
+    def local_anchor_rows(self, step: _Step) -> np.ndarray:
+        """bool ``(n_local,)``: which of this rank's rows belong to anchor groups."""
+        assert step.plan is not None
+        first = self.accelerator.process_index * step.n_local
+        rows = np.arange(first, first + step.n_local)
+        return np.asarray(step.plan.anchor)[rows // self.num_generations]
+
+    # ------------------------------------------------------------------ TRL overrides
+
+    def train(self, *args, **kwargs):
+        with GracefulStop() as stop:
+            self._stop = stop
+            try:
+                return super().train(*args, **kwargs)
+            finally:
+                self._stop = None
+
+    def _prepare_inputs(self, generation_batch):
+        start = time.perf_counter()
+        try:
+            return super()._prepare_inputs(generation_batch)
+        finally:
+            self._prepare_seconds += time.perf_counter() - start
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        start, before = time.perf_counter(), self._prepare_seconds
+        self.on_phase("update")
+        output = super().training_step(model, inputs, num_items_in_batch)
+        # forward + backward of this micro-batch, without the generation/scoring done inside it
+        self.ledger.add("update", time.perf_counter() - start - (self._prepare_seconds - before))
+        return output
+
+    def _generate(self, prompts: list):
+        if self.turns > 1:  # the rollout books generation and grading itself
+            return super()._generate(prompts)
+        start = time.perf_counter()
+        output = super()._generate(prompts)
+        elapsed = time.perf_counter() - start
+        self.ledger.add("generation", elapsed, items=len(prompts))
+        if self._wmrl_step is not None:
+            self._wmrl_step.add_time({"generation": elapsed})
+        return output
+
+    def _generate_and_score_completions(self, inputs):
+        if not self.model.training:
+            raise RuntimeError(
+                "WMRLGRPOTrainer does not evaluate during training; evaluate checkpoints instead"
+            )
+        step = self._new_step(inputs)
+        self._wmrl_step = step
+        self.on_phase("generation")
+        if not self.pipeline.plans_after_scoring:
+            self._plan(step)  # from keys only: before generation, so K-turn rollouts know their stream
+        output = super()._generate_and_score_completions(inputs)
+        correction = step.correction
+        if correction is None:  # pragma: no cover - _calculate_rewards always sets it
+            raise RuntimeError("the corrector did not run for this batch")
+        self._apply_advantages(output, correction, step)
+        self._log_step(correction, step)
+        self._write_completions(step, output)
+        return output
+
+    def _apply_advantages(self, output: dict[str, Any], correction: Correction, step: _Step) -> None:
+        flat = np.asarray(correction.advantages, dtype=np.float64).reshape(-1)
+        n = step.n_local
+        first = self.accelerator.process_index * n
+        local = flat[first : first + n]
+        unknown = np.isnan(local)
+        device = output["advantages"].device
+        output["advantages"] = torch.tensor(np.nan_to_num(local, nan=0.0), dtype=torch.float32, device=device)
+        if np.isnan(flat).any():  # decided on the gathered batch: every rank takes this branch together
+            keep = torch.tensor(~unknown, dtype=output["completion_mask"].dtype, device=device).unsqueeze(1)
+            tool_mask = output.get("tool_mask")
+            if tool_mask is None:
+                tool_mask = torch.ones_like(output["completion_mask"])
+            output["tool_mask"] = tool_mask * keep
+            loss_mask = output["completion_mask"] * output["tool_mask"]
+            output["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+        # TRL logged its own advantages before this override; show the ones actually used.
+        logged = self._logs["advantages"]
+        for _ in range(min(len(flat), len(logged))):
+            logged.pop()
+        logged.extend(np.nan_to_num(flat, nan=0.0).tolist())
+
+    def _log_step(self, correction: Correction, step: _Step) -> None:
+        metrics = self._metrics["train"]
+        for key, value in correction.metrics.items():
+            if value is None or (self.mode is Mode.REAL and key == "wmrl/unknown_world_model"):
+                continue  # unknown is not zero; real mode has no world model to be unknown
+            metrics[key].append(float(value))
+        # Each rank timed and executed only its own slice; the log (written by rank 0) describes the
+        # whole batch: seconds summed over ranks (rank-seconds), statuses of every rank's executions.
+        seconds: dict[str, float] = {}
+        statuses: list[str] = []
+        for rank_seconds, rank_statuses in gather_object([(step.seconds, step.statuses)]):
+            for name, value in rank_seconds.items():
+                seconds[name] = seconds.get(name, 0.0) + value
+            statuses.extend(rank_statuses)
+        for name in ("generation", "world_model", "anchor", "corrector"):
+            if name in seconds:
+                metrics[f"cost/{name}_s"].append(seconds[name])
+        if statuses:  # every known status every time, so averages over logging windows stay shares
+            for status in dict.fromkeys([*self.statuses, *statuses]):
+                metrics[f"anchor_status/{status}"].append(statuses.count(status) / len(statuses))
+
+    def _write_completions(self, step: _Step, output: dict[str, Any]) -> None:
+        if self.completions is None and not self.completions_to_print:
+            return
+        texts = self.processing_class.batch_decode(output["completion_ids"], skip_special_tokens=True)
+        prompts = [_prompt_text(row.get("prompt")) for row in step.inputs]
+        gathered = gather_object([(prompts, texts, step.row_statuses)])
+        if not self.accelerator.is_main_process:
+            return
+        all_prompts = [p for rank in gathered for p in rank[0]]
+        all_texts = [t for rank in gathered for t in rank[1]]
+        all_statuses = [s for rank in gathered for s in rank[2]]
+        g = self.num_generations
+        wm, _, real = (step.columns[:, k].reshape(-1, g) for k in range(3))
+        rows = completion_rows(
+            self.state.global_step,
+            step.group_keys,
+            step.group_tasks,
+            step.correction,
+            wm,
+            real,
+            all_statuses,
+            {"prompt": all_prompts, "completion": all_texts},
+        )
+        if self.completions is not None:
+            self.completions.write(rows)
+        if self.completions_to_print:
+            print(format_sample(rows, self.completions_to_print, ["completion"]), flush=True)
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        step = self._wmrl_step
+        if step is None:  # pragma: no cover - set by _generate_and_score_completions
+            raise RuntimeError("_calculate_rewards called outside a WMRL generation batch")
+        self.on_phase("scoring")
+        device = self.accelerator.device
+        if self.turns > 1:
+            local = np.array(
+                [[_nan(row.get("wmrl_wm")), np.nan, _nan(row.get("wmrl_real"))] for row in inputs],
+                dtype=np.float64,
+            )
+            step.row_statuses = [row.get("wmrl_status") for row in inputs]
+        else:
+            texts = [completion_text(c) for c in completions]
+            items = [self.item_fn(text, row) for text, row in zip(texts, inputs, strict=True)]
+            local = self._score_single_turn(step, items)
+        gathered = (
+            self.accelerator.gather(torch.tensor(local, dtype=torch.float64, device=device)).cpu().numpy()
+        )
+        step.columns = gathered
+        g = self.num_generations
+        wm, var, real = (gathered[:, k].reshape(-1, g) for k in range(3))
+        start = time.perf_counter()
+        correction = self.pipeline.correct(step.plan, wm, real, var, rollouts=step.n_local)
+        step.add_time({"corrector": time.perf_counter() - start})
+        step.correction = correction
+        return torch.tensor(correction.rewards.reshape(-1, 1), dtype=torch.float32, device=device)
+
+    def _score_single_turn(self, step: _Step, items: list[Any]) -> np.ndarray:
+        """``(n_local, 3)``: world-model score, its per-call variance, real score (NaN = unknown / not graded)."""
+        if step.plan is None:  # active scheduler: the world model must score before anchors are chosen
+            first = self.pipeline.score(items, anchor=False)
+            step.add_time(first.seconds)
+            column = torch.tensor(first.wm, dtype=torch.float64, device=self.accelerator.device)
+            all_wm = self.accelerator.gather(column).cpu().numpy()
+            self._plan(step, all_wm.reshape(-1, self.num_generations))
+            second = self.pipeline.score(items, self.local_anchor_rows(step), world_model=False)
+            first.real, first.real_grades, first.statuses = second.real, second.real_grades, second.statuses
+            scores = first
+            step.add_time(second.seconds)
+        else:
+            scores = self.pipeline.score(items, self.local_anchor_rows(step))
+            step.add_time(scores.seconds)
+        step.statuses.extend(scores.statuses)
+        anchor_rows = self.local_anchor_rows(step)
+        step.row_statuses = [
+            (real.status if real is not None else None)
+            if is_anchor
+            else (wm.status if wm is not None else None)
+            for is_anchor, wm, real in zip(anchor_rows, scores.wm_grades, scores.real_grades, strict=True)
+        ]
+        return scores.columns()
+
+    # ------------------------------------------------------------------ K-turn episodes
+
+    def turn_context(self, step: _Step) -> TurnContext:
+        """Everything the K-turn rollout of this rank's rows needs (see :mod:`.multiturn`)."""
+        if self.use_vllm:
+            raise ValueError("K-turn rollouts generate with the in-process model here; set use_vllm=False")
+        return TurnContext(
+            rows=step.inputs,
+            anchor=self.local_anchor_rows(step),
+            pipeline=self.pipeline,
+            item_fn=self.item_fn,
+            episodes=self.episodes,
+            turns=self.turns,
+            tokenizer=self.processing_class,
+            template_kwargs=dict(self.chat_template_kwargs or {}),
+            generate=self._generate_tokens,
+            max_new_tokens=self.max_completion_length,
+            stop_token_ids=set(self.eos_token_ids),
+            seconds=step.add_time,
+            statuses=step.statuses,
+        )
+
+    def _generate_tokens(self, contexts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+        """Sample one reply per context with the policy; the new token ids through the first stop token."""
+        import copy
+
+        from trl.models import unwrap_model_for_generation
+
+        tokenizer = self.processing_class
+        pad = tokenizer.pad_token_id
+        width = max(len(c) for c in contexts)
+        ids = torch.full((len(contexts), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(contexts), width), dtype=torch.long)
+        for r, context in enumerate(contexts):
+            ids[r, width - len(context) :] = torch.tensor(context)
+            mask[r, width - len(context) :] = 1
+        config = copy.deepcopy(self.generation_config)
+        config.max_new_tokens = max_new_tokens
+        with (
+            unwrap_model_for_generation(
+                self.model_wrapped,
+                self.accelerator,
+                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                generation_kwargs=self.generation_kwargs,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ) as model,
+            torch.no_grad(),
+        ):
+            device = self.accelerator.device
+            out = model.generate(
+                input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config
+            )
+        stops = set(self.eos_token_ids)
+        replies = []
+        for row in out[:, width:].tolist():
+            reply = []
+            for token in row:
+                reply.append(token)
+                if token in stops:
+                    break
+            while reply and reply[-1] == pad and pad not in stops:
+                reply.pop()
+            replies.append(reply)
+        return replies
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        folder = os.path.join(
+            self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        )
+        self.save_wmrl_state(folder)  # every rank takes part (the ledgers are gathered)
+
+    def merged_ledger(self) -> CostLedger:
+        """The whole run's cost ledger: every rank's, summed (see :meth:`CostLedger.merged`).
+
+        A collective: call it on every rank (a single process gets a copy of its own ledger).
+        """
+        return CostLedger.merged(gather_object([self.ledger.state_dict()]))
+
+    def save_wmrl_state(self, folder: str | os.PathLike) -> None:
+        """Write the correction's state and every rank's ledger into ``folder`` (a collective).
+
+        The processes that save TRL's checkpoint (``args.should_save``: the main one, or each node's
+        with ``save_on_each_node``) write it.
+        """
+        ranks = gather_object([self.ledger.state_dict()])
+        if self.args.should_save:
+            self.pipeline.save(folder, ranks)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None:
+            self.load_wmrl_state(checkpoint)
+
+    def load_wmrl_state(self, folder: str | os.PathLike) -> None:
+        """Restore the correction and this rank's ledger from a checkpoint folder."""
+        self.pipeline.load(folder, self.accelerator.process_index, self.accelerator.num_processes)
+
+
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _prompt_text(prompt: Any) -> str:
+    """The last user message of a conversational prompt, or the prompt itself."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, Sequence) and prompt and isinstance(prompt[-1], Mapping):
+        return str(prompt[-1].get("content", ""))
+    return str(prompt)
+
+
+def _rollout_entry(prompts: list, trainer: WMRLGRPOTrainer) -> dict[str, Any]:
+    """TRL's ``rollout_func`` for K > 1 (TRL calls it with the trainer)."""
+    step = trainer._wmrl_step
+    if step is None or step.plan is None or len(step.inputs) != len(prompts):
+        raise RuntimeError("the K-turn rollout runs inside WMRLGRPOTrainer's generation step only")
+    return multi_turn_rollout(trainer.turn_context(step), prompts)

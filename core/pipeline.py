@@ -1,0 +1,434 @@
+"""The reward side of one training step, the same for every domain and engine.
+
+A training step, whatever the engine, is: groups of rollouts → plan anchors (outcome-blind) →
+score with the two injected sources → correct → advantages → update → log, checkpoint. Everything
+in that list except generation and the update is :class:`RewardPipeline`:
+
+* **plan** (:meth:`RewardPipeline.plan`): the corrector's scheduler picks the anchor groups from
+  their keys alone (identically on every rank);
+* **score** (:meth:`RewardPipeline.score`): the world model grades every rollout while real
+  execution grades the anchor groups' rollouts, concurrently, each booked to its ledger stream;
+  :class:`~wmrl.core.rollouts.Exact` rollouts cost nothing and reach both streams exactly;
+* **correct** (:meth:`RewardPipeline.correct`): calibration, fusion and group advantages on the
+  whole batch (an engine that scores per rank gathers first);
+* :meth:`RewardPipeline.step` does all three for a single process.
+
+It also owns what every run shares: the **mode** (``real`` / ``world_model`` / ``wmrl``, applied
+to the corrector in one place, :mod:`wmrl.core.modes`), the **checkpoint files** of the correction
+(:data:`CORRECTOR_FILE` and :data:`LEDGER_FILE` inside every checkpoint folder, in every domain
+and engine), and the **cost report** (:meth:`RewardPipeline.cost_report`, one layout everywhere).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from wmrl.core.corrector import Correction, Corrector, CorrectorConfig, Plan
+from wmrl.core.ledger import CostLedger
+from wmrl.core.modes import Mode, check_mode, resolve_corrector
+from wmrl.core.rollouts import Exact, Group
+from wmrl.core.sources import Grade, RewardSource, Role, SourceError, check_pair, check_source, collect_grades
+
+__all__ = [
+    "CORRECTOR_FILE",
+    "LEDGER_FILE",
+    "RewardPipeline",
+    "Scores",
+    "StepResult",
+]
+
+#: The correction's files inside every checkpoint folder (TRL's, verl's and the loop trainer's).
+CORRECTOR_FILE = "wmrl_corrector.json"
+LEDGER_FILE = "wmrl_ledger.json"
+
+
+@dataclass
+class Scores:
+    """What one scoring pass produced for a flat list of rollouts (``n`` = rollouts).
+
+    Attributes:
+        wm: ``(n,)`` world-model scores, NaN = unknown or not scored.
+        wm_variance: ``(n,)`` per-call noise variance the world model reported (NaN: none).
+        real: ``(n,)`` real-execution scores, NaN = unknown or not executed.
+        wm_grades / real_grades: per rollout the source's :class:`~wmrl.core.sources.Grade`
+            (``None``: that stream did not grade it); Exact rollouts get a Grade built from them.
+        statuses: per anchor rollout its outcome label (``"unknown"`` for a source without one).
+        seconds: wall seconds spent per stream in this pass.
+    """
+
+    wm: np.ndarray
+    wm_variance: np.ndarray
+    real: np.ndarray
+    wm_grades: list[Grade | None]
+    real_grades: list[Grade | None]
+    statuses: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def empty(cls, n: int) -> Scores:
+        nan = np.full(n, np.nan)
+        return cls(nan.copy(), nan.copy(), nan.copy(), [None] * n, [None] * n)
+
+    def columns(self) -> np.ndarray:
+        """``(n, 3)``: world-model score, its variance, real score (what an engine gathers across ranks)."""
+        return np.stack([self.wm, self.wm_variance, self.real], axis=1)
+
+    def feedback(self, anchor_rows: Sequence[bool]) -> list[Any]:
+        """Per rollout the feedback of the stream that trains it: real for anchor rows, predicted otherwise."""
+        return [
+            (real.feedback if real is not None else None)
+            if is_anchor
+            else (wm.feedback if wm is not None else None)
+            for is_anchor, wm, real in zip(anchor_rows, self.wm_grades, self.real_grades, strict=True)
+        ]
+
+
+@dataclass
+class StepResult:
+    """One step through :meth:`RewardPipeline.step`: the correction and the scores behind it.
+
+    ``advantages``, ``rewards``, ``weights``, ``anchor`` and ``metrics`` are the correction's
+    (``(n_groups, G)`` arrays, NaN = masked; see :class:`~wmrl.core.corrector.Correction`).
+    """
+
+    correction: Correction
+    plan: Plan
+    scores: Scores
+
+    @property
+    def advantages(self) -> np.ndarray:
+        return self.correction.advantages
+
+    @property
+    def rewards(self) -> np.ndarray:
+        return self.correction.rewards
+
+    @property
+    def weights(self) -> np.ndarray:
+        return self.correction.weights
+
+    @property
+    def anchor(self) -> np.ndarray:
+        return self.correction.anchor
+
+    @property
+    def metrics(self) -> dict[str, float | None]:
+        return self.correction.metrics
+
+
+def _nan(value: float | None) -> float:
+    return np.nan if value is None else float(value)
+
+
+class RewardPipeline:
+    """Plans, scores, books and corrects one training step; owns the run's correction state.
+
+    Args:
+        world_model: the world-model :class:`~wmrl.core.sources.RewardSource` (role ``world_model``).
+            Needed unless ``mode`` is ``real`` (see ``world_model_in_real``).
+        anchor: the real-execution source (role ``anchor``); needed unless ``mode`` is ``world_model``.
+        mode: ``real`` | ``world_model`` | ``wmrl`` (:class:`~wmrl.core.modes.Mode`).
+        corrector: a :class:`~wmrl.core.corrector.CorrectorConfig` (the mode's preset is applied on top,
+            refusing contradictions) or a built :class:`~wmrl.core.corrector.Corrector` (checked
+            against the mode).
+        ledger: the run's cost ledger (default: a new CPU-only one).
+        world_model_in_real: in ``real`` mode, still let the world model grade every rollout (its
+            pairs with real execution are recorded: diagnostics of what ``wmrl`` would have seen; the
+            update uses real scores only). Off by default: ``real`` never calls the world model.
+    """
+
+    def __init__(
+        self,
+        world_model: RewardSource | None = None,
+        anchor: RewardSource | None = None,
+        *,
+        mode: Mode | str = Mode.WMRL,
+        corrector: CorrectorConfig | Corrector | None = None,
+        ledger: CostLedger | None = None,
+        world_model_in_real: bool = False,
+    ) -> None:
+        self.mode = Mode.parse(mode)
+        if isinstance(corrector, Corrector):
+            check_mode(self.mode, corrector.config)
+            self.corrector = corrector
+        else:
+            config = corrector or CorrectorConfig()
+            self.corrector = Corrector(resolve_corrector(self.mode, config, defaults=CorrectorConfig()))
+        if self.mode is Mode.REAL and not world_model_in_real:
+            world_model = None  # real-execution GRPO: the world model is never called
+        self._check_sources(world_model, anchor)
+        self.world_model = world_model
+        self.anchor = anchor if self.mode.executes else None
+        self.ledger = ledger or CostLedger()
+
+    def _check_sources(self, world_model: Any, anchor: Any) -> None:
+        mode = self.mode.value
+        if self.mode is Mode.WMRL:
+            check_pair(world_model, anchor)
+            return
+        if self.mode.needs_world_model or world_model is not None:
+            problems = (
+                check_source(world_model, role=Role.WORLD_MODEL)
+                if world_model is not None
+                else ["none given"]
+            )
+            if problems:
+                raise SourceError(f"mode {mode!r} needs a world-model reward source: {'; '.join(problems)}")
+        if self.mode.executes:
+            problems = check_source(anchor, role=Role.ANCHOR) if anchor is not None else ["none given"]
+            if problems:
+                raise SourceError(
+                    f"mode {mode!r} needs a real-execution (anchor) source: {'; '.join(problems)}"
+                )
+
+    # -- plan -------------------------------------------------------------------------------------
+    def plan(
+        self,
+        group_keys: Sequence[str],
+        task_keys: Sequence[str] | None = None,
+        wm_scores: np.ndarray | None = None,
+        in_flight: int = 0,
+    ) -> Plan:
+        """Choose this step's anchor groups (see :meth:`Corrector.plan`)."""
+        return self.corrector.plan(group_keys, task_keys, wm_scores, in_flight)
+
+    @property
+    def plans_after_scoring(self) -> bool:
+        """The active scheduler reads world-model scores, so it plans after the world model scored."""
+        return self.corrector.config.scheduler.active_share > 0
+
+    # -- score ------------------------------------------------------------------------------------
+    def score(
+        self,
+        items: Sequence[Any],
+        anchor_rows: Sequence[bool] | np.ndarray | None = None,
+        *,
+        world_model: bool = True,
+        anchor: bool = True,
+    ) -> Scores:
+        """Grade a flat list of rollouts: the world model every one, real execution the anchor rows.
+
+        The two sources run concurrently (real execution is the slow part; the world model scores
+        meanwhile); each call is booked to its ledger stream. ``world_model=False`` / ``anchor=False``
+        skip a stream (an engine that must plan between the two).
+
+        Args:
+            items: the rollouts; an :class:`~wmrl.core.rollouts.Exact` is never sent to a source.
+            anchor_rows: ``(n,)`` bool, the rollouts of anchor groups (default: none).
+        """
+        n = len(items)
+        rows = np.zeros(n, dtype=bool) if anchor_rows is None else np.asarray(anchor_rows, dtype=bool)
+        if rows.shape != (n,):
+            raise ValueError(f"anchor_rows must have one entry per item ({n}); got shape {rows.shape}")
+        out = Scores.empty(n)
+        use_wm = world_model and self.world_model is not None
+        use_real = anchor and self.anchor is not None
+        exact = [isinstance(item, Exact) for item in items]
+        for i, item in enumerate(items):
+            if not exact[i]:
+                continue
+            grade = Grade(item.value, item.status, 0.0 if item.value is not None else None, {}, item.feedback)
+            if use_wm:
+                out.wm[i], out.wm_variance[i], out.wm_grades[i] = _nan(item.value), 0.0, grade
+            if use_real and rows[i]:
+                out.real[i], out.real_grades[i] = _nan(item.value), grade
+                out.statuses.append(item.status)
+        wm_rows = [i for i in range(n) if use_wm and not exact[i]]
+        real_rows = [i for i in range(n) if use_real and rows[i] and not exact[i]]
+        # Exact rollouts are free items of both streams: per-item costs (and so the real-mode
+        # estimate of the ledger) stay true to the whole mix of rollouts.
+        if use_wm and any(exact):
+            self.ledger.add("world_model", 0.0, items=sum(exact))
+        free_anchor = sum(1 for i in range(n) if use_real and rows[i] and exact[i])
+        if free_anchor:
+            self.ledger.add("anchor", 0.0, items=free_anchor)
+
+        def grade(source: RewardSource, picked: list[int], stream: str) -> list[Grade]:
+            start = time.perf_counter()
+            try:
+                return collect_grades(source, [items[i] for i in picked])
+            finally:
+                elapsed = time.perf_counter() - start
+                self.ledger.add(stream, elapsed, items=len(picked))
+                out.seconds[stream] = out.seconds.get(stream, 0.0) + elapsed
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            wm_future = pool.submit(grade, self.world_model, wm_rows, "world_model") if wm_rows else None
+            real_future = pool.submit(grade, self.anchor, real_rows, "anchor") if real_rows else None
+            wm_grades = wm_future.result() if wm_future else []
+            real_grades = real_future.result() if real_future else []
+        for i, g in zip(wm_rows, wm_grades, strict=True):
+            out.wm[i] = _nan(g.value)
+            out.wm_variance[i] = _nan(g.variance) if g.value is not None else np.nan
+            out.wm_grades[i] = g
+        for i, g in zip(real_rows, real_grades, strict=True):
+            out.real[i] = _nan(g.value)
+            out.real_grades[i] = g
+            out.statuses.append(g.status or "unknown")
+        return out
+
+    # -- correct ----------------------------------------------------------------------------------
+    def correct(
+        self,
+        plan: Plan,
+        wm: np.ndarray,
+        real: np.ndarray,
+        wm_variance: np.ndarray | None = None,
+        rollouts: int | None = None,
+    ) -> Correction:
+        """Calibrate, fuse and form advantages on the whole step's ``(n_groups, G)`` scores.
+
+        ``rollouts``: rollouts this process graded (default: every cell of ``wm``), counted for the
+        ledger's real-mode estimate (each rank counts its own; merged ledgers add them up).
+        """
+        wm = np.asarray(wm, dtype=np.float64)
+        variance = None
+        if wm_variance is not None:
+            wm_variance = np.asarray(wm_variance, dtype=np.float64)
+            variance = wm_variance if (~np.isnan(wm_variance)).any() else None
+        correction = self.corrector.correct(plan, wm, real, variance)
+        self.ledger.count_rollouts(wm.size if rollouts is None else rollouts)
+        return correction
+
+    def step(self, groups: Sequence[Group], in_flight: int = 0) -> StepResult:
+        """Plan, score and correct ``groups`` in this process (see the module docstring)."""
+        if not groups:
+            raise ValueError("step() needs at least one group")
+        for g in groups:
+            if len(g.items) == 0:
+                raise ValueError(f"group {g.key!r} is empty: every group needs at least one rollout")
+        keys = [g.key for g in groups]
+        tasks = None if all(g.task is None for g in groups) else [str(g.task) for g in groups]
+        width = max(len(g.items) for g in groups)
+        items = [item for g in groups for item in g.items]
+        group_of = np.repeat(np.arange(len(groups)), [len(g.items) for g in groups])
+        if self.plans_after_scoring:  # the active scheduler reads the world model's scores first
+            first = self.score(items, anchor=False)
+            plan = self.plan(keys, tasks, self._matrix(groups, first.wm, width), in_flight)
+            second = self.score(items, plan.anchor[group_of], world_model=False)
+            scores = first
+            scores.real, scores.real_grades, scores.statuses = (
+                second.real,
+                second.real_grades,
+                second.statuses,
+            )
+            scores.seconds.update(second.seconds)
+        else:
+            plan = self.plan(keys, tasks, None, in_flight)
+            scores = self.score(items, plan.anchor[group_of])
+        correction = self.correct(
+            plan,
+            self._matrix(groups, scores.wm, width),
+            self._matrix(groups, scores.real, width),
+            self._matrix(groups, scores.wm_variance, width),
+        )
+        return StepResult(correction, plan, scores)
+
+    @staticmethod
+    def _matrix(groups: Sequence[Group], flat: np.ndarray, width: int) -> np.ndarray:
+        """Flat per-rollout values as ``(n_groups, width)``, NaN-padded for shorter groups."""
+        out = np.full((len(groups), width), np.nan)
+        cursor = 0
+        for i, g in enumerate(groups):
+            out[i, : len(g.items)] = flat[cursor : cursor + len(g.items)]
+            cursor += len(g.items)
+        return out
+
+    # -- checkpoint -------------------------------------------------------------------------------
+    def save(
+        self, folder: str | os.PathLike, ledger_states: Sequence[Mapping[str, Any]] | None = None
+    ) -> None:
+        """Write the corrector's state and the ledger into a checkpoint ``folder``.
+
+        ``ledger_states``: every rank's ledger (``CostLedger.state_dict``) of a multi-process run, in rank
+        order (default: this process's); they are kept apart so a resume with the same number of ranks
+        gives each rank back its own costs.
+        """
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.corrector.save(folder / CORRECTOR_FILE)
+        ranks = list(ledger_states) if ledger_states is not None else [self.ledger.state_dict()]
+        tmp = folder / (LEDGER_FILE + ".tmp")
+        tmp.write_text(json.dumps({"ranks": ranks}))
+        tmp.replace(folder / LEDGER_FILE)  # atomic: never a truncated ledger
+
+    def load(self, folder: str | os.PathLike, rank: int = 0, world: int = 1) -> None:
+        """Restore the corrector and this rank's ledger from a checkpoint ``folder`` written by :meth:`save`.
+
+        With a different number of ranks than at saving, rank 0 takes the saved total and the others
+        start from zero, so the run-wide sum stays right.
+
+        Raises:
+            FileNotFoundError: the folder holds no correction state (it was not written by WMRL).
+            ValueError: the saved corrector was configured differently from this run's.
+        """
+        folder = Path(folder)
+        path = folder / CORRECTOR_FILE
+        if not path.exists():
+            raise FileNotFoundError(
+                f"checkpoint {folder} has no {CORRECTOR_FILE}: it was not written by a WMRL trainer, so the "
+                "correction (calibration map, fusion estimates, anchor counts) cannot be restored"
+            )
+        restored = Corrector.load(path)
+        if restored.config != self.corrector.config:
+            raise ValueError(
+                f"the corrector saved in {folder} was configured differently from this run's; resume with "
+                "the same corrector configuration and mode"
+            )
+        self.corrector.load_state_dict(restored.state_dict())
+        ledger_path = folder / LEDGER_FILE
+        if ledger_path.exists():
+            ranks = json.loads(ledger_path.read_text())["ranks"]
+            if len(ranks) == world:
+                own = dict(ranks[rank])
+            elif rank == 0:
+                own = CostLedger.merged(ranks).state_dict()
+            else:
+                own = CostLedger().state_dict()
+            own["accelerators"] = dict(self.ledger.accelerators)  # what this process holds now
+            self.ledger.load_state_dict(own)
+
+    # -- report -----------------------------------------------------------------------------------
+    def cost_report(
+        self,
+        *,
+        steps: int,
+        ledger: CostLedger | None = None,
+        processes: int = 1,
+        device: str | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The run's ``cost_report.json``: one layout in every domain and engine.
+
+        Keys: ``spent`` / ``total`` / ``graded_rollouts`` / ``real_mode_estimate`` / ``note`` (the
+        ledger's :meth:`~wmrl.core.ledger.CostLedger.report`), ``mode``, ``steps``, ``per_item_s``
+        (wall seconds per item and stream, ``None`` where nothing was graded), ``accelerators_held``,
+        ``processes``, ``device`` and ``details`` (what the domain adds, e.g. how to read the
+        accounting there).
+
+        ``ledger``: the whole run's ledger (a multi-process run's merged one; default: this one).
+        """
+        ledger = ledger or self.ledger
+        report = ledger.report()
+        report.update(
+            mode=self.mode.value,
+            steps=int(steps),
+            per_item_s={
+                name: (c["wall_s"] / c["items"] if c["items"] else None)
+                for name, c in report["spent"].items()
+            },
+            accelerators_held=dict(ledger.accelerators),
+            processes=int(processes),
+            device=device,
+            details=dict(details or {}),
+        )
+        return report

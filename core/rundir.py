@@ -1,0 +1,141 @@
+"""The run directory's life: start, resume, restart, and what is left when a run stops early.
+
+Every trainer writes the same layout::
+
+    RUN/config.json                  the resolved config (what ran)
+    RUN/metrics.jsonl                one line per step
+    RUN/completions.jsonl            the completions table (``logging.completions``)
+    RUN/cost_report.json             compute per stream and the real-mode estimate
+    RUN/plots/*.png                  calibration curve, fusion weights, reward
+    RUN/checkpoints/checkpoint-N/    N = steps completed; each holds the policy, the optimiser,
+                                     wmrl_corrector.json and wmrl_ledger.json (written last: a
+                                     folder without them is incomplete and never resumed from)
+
+The rules (:class:`RunDirectory`):
+
+* a new run refuses a folder that already holds a run (``metrics.jsonl`` or checkpoints) and says
+  how to continue it;
+* ``--resume`` continues from the newest complete checkpoint (``--resume-from`` names one); a run
+  that died before its first checkpoint is *restarted* from step 0 (its log is cleared), so a run
+  folder is never a trap where neither a rerun nor ``--resume`` works;
+* a run that stops (an error, Ctrl-C) before it completed a step leaves no folder behind, if this
+  run created it.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from wmrl.core.pipeline import CORRECTOR_FILE
+
+__all__ = ["CHECKPOINTS", "RunDirectory", "checkpoint_step", "latest_checkpoint", "list_checkpoints"]
+
+#: The checkpoints' folder inside a run directory, and each checkpoint's name.
+CHECKPOINTS = "checkpoints"
+_NAME = re.compile(r"^checkpoint-(\d+)$")
+
+
+def checkpoint_step(folder: str | Path) -> int:
+    """Steps completed by the checkpoint ``folder`` (``checkpoint-N``)."""
+    match = _NAME.match(Path(folder).name)
+    if not match:
+        raise ValueError(f"{folder} is not a checkpoint folder (checkpoint-N)")
+    return int(match.group(1))
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoints of a run (they hold the correction's state), oldest first."""
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if _NAME.match(p.name) and (p / CORRECTOR_FILE).is_file()]
+    return sorted(found, key=checkpoint_step)
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+class RunDirError(FileExistsError):
+    """The run folder cannot be used as asked; the message says what would work."""
+
+
+@dataclass
+class RunDirectory:
+    """Decides how a run uses its folder (see the module docstring).
+
+    Args:
+        path: the run directory.
+        resume: continue the run in ``path``.
+        resume_from: continue from this checkpoint folder (implies ``resume``).
+        command: the command line that resumes, for messages (``wmrl train autoresearch``).
+
+    Attributes (after construction):
+        checkpoint: the checkpoint to continue from (``None``: start at step 0).
+        restarted: the folder held a run that never wrote a checkpoint; it starts over.
+        created: this run created the folder (so it may remove it if nothing was done).
+    """
+
+    path: Path
+    resume: bool = False
+    resume_from: Path | None = None
+    command: str = "wmrl train"
+
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)
+        self.restarted = False
+        self.created = not self.path.exists()
+        self.checkpoint: Path | None = None
+        if self.path.exists() and not self.path.is_dir():
+            raise RunDirError(f"--out {self.path} is a file, not a run directory")
+        holds_run = (self.path / "metrics.jsonl").exists() or bool(list_checkpoints(self.path))
+        if self.resume_from is not None:
+            self.resume = True
+            folder = Path(self.resume_from)
+            if not (folder / CORRECTOR_FILE).is_file():
+                raise RunDirError(
+                    f"--resume-from {folder} is not a complete WMRL checkpoint (it has no {CORRECTOR_FILE})"
+                )
+            self.checkpoint = folder
+        elif self.resume:
+            self.checkpoint = latest_checkpoint(self.path)
+            if self.checkpoint is None:
+                self.restarted = holds_run
+        elif holds_run:
+            hint = (
+                "continue it with --resume"
+                if list_checkpoints(self.path)
+                else "it never wrote a checkpoint: restart it with --resume"
+            )
+            raise RunDirError(f"{self.path} already holds a run; {hint}, or choose another --out")
+
+    def open(self) -> None:
+        """Create the folder (checking that it can be written), clearing the log of a restarted run."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            probe = self.path / ".wmrl-write-test"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as err:
+            raise RunDirError(f"--out {self.path} cannot be written: {err.strerror or err}") from None
+        if self.restarted:
+            for name in ("metrics.jsonl", "completions.jsonl"):
+                (self.path / name).unlink(missing_ok=True)
+
+    def abandon(self) -> bool:
+        """After a run stopped before completing a step: remove the folder if this run created it.
+
+        Returns whether it was removed.
+        """
+        if self.created and self.path.is_dir() and not list_checkpoints(self.path):
+            shutil.rmtree(self.path, ignore_errors=True)
+            return True
+        return False
+
+    @property
+    def resume_hint(self) -> str:
+        return f"{self.command} --out {self.path} --resume"

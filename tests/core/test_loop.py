@@ -1,0 +1,197 @@
+"""The loop trainer on a toy domain: run layout, exact resume, Ctrl-C, nothing left by a run that did nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from wmrl.core import Group, RewardPipeline, as_source
+from wmrl.core.config import ConfigError
+from wmrl.core.corrector import CorrectorConfig
+from wmrl.core.debias import DebiasConfig
+from wmrl.core.errors import Interrupted
+from wmrl.core.loop import LoopTrainer
+from wmrl.core.pipeline import CORRECTOR_FILE, LEDGER_FILE
+from wmrl.core.rundir import RunDirectory, RunDirError, checkpoint_step, list_checkpoints
+from wmrl.core.train_config import CheckpointConfig, LoggingConfig, TrainConfigBase
+
+pytestmark = [pytest.mark.matplotlib]
+
+
+@dataclass(frozen=True)
+class ToyConfig(TrainConfigBase):
+    """A bandit over 6 arms per task.
+
+    Attributes:
+        arms: arms per task.
+    """
+
+    steps: int = 4
+    group_size: int = 4
+    learning_rate: float = 0.5
+    logging: LoggingConfig = field(
+        default_factory=lambda: LoggingConfig(report_to=(), completions=True, completions_to_print=0)
+    )
+    corrector: CorrectorConfig = field(
+        default_factory=lambda: CorrectorConfig(debias=DebiasConfig(min_pairs=4))
+    )
+    arms: int = 6
+
+
+TRUE = np.linspace(0.0, 1.0, 6)
+
+
+class ToyDomain:
+    def __init__(self, config: ToyConfig, fail_at: int | None = None, stop_after: int | None = None) -> None:
+        self.config = config
+        self.logits = torch.zeros(2, config.arms, requires_grad=True)
+        self.opt = torch.optim.Adam([self.logits], lr=config.learning_rate)
+        self.fail_at, self.stop_after = fail_at, stop_after
+
+    def groups(self, step):
+        if self.fail_at is not None and step == self.fail_at:
+            raise RuntimeError("the simulator crashed")
+        return [0, 1]
+
+    def rollout(self, groups, step):
+        gen = torch.Generator().manual_seed(step)
+        out = []
+        for task in groups:
+            picks = torch.multinomial(
+                torch.softmax(self.logits[task].detach(), 0), self.config.group_size, True, generator=gen
+            )
+            out.append(Group(key=f"{step}:{task}", items=[(task, int(a)) for a in picks], task=f"t{task}"))
+        return out
+
+    def update(self, batch, result, step):
+        adv = torch.as_tensor(np.nan_to_num(result.advantages), dtype=torch.float32)
+        logp = torch.stack(
+            [torch.stack([torch.log_softmax(self.logits[t], 0)[a] for t, a in g.items]) for g in batch]
+        )
+        loss = -(adv * logp).mean()
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        if self.stop_after is not None and step + 1 == self.stop_after:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C in the middle of training
+        return {"toy/loss": float(loss.detach())}
+
+    def metrics(self, batch, result):
+        return {"toy/arm_mean": float(np.mean([a for g in batch for _, a in g.items]))}
+
+    def completion_columns(self, batch):
+        return {"arm": [a for g in batch for _, a in g.items]}
+
+    def save(self, folder: Path):
+        torch.save({"logits": self.logits.detach(), "opt": self.opt.state_dict()}, folder / "toy.pt")
+
+    def load(self, folder: Path):
+        state = torch.load(folder / "toy.pt", weights_only=True)
+        with torch.no_grad():
+            self.logits.copy_(state["logits"])
+        self.opt.load_state_dict(state["opt"])
+
+
+def _sources():
+    wm = as_source(lambda items: [float(TRUE[a] ** 2) for _, a in items], "world_model", "wm")
+    real = as_source(lambda items: [float(TRUE[a]) for _, a in items], "anchor", "real")
+    return wm, real
+
+
+def _trainer(config, out, resume=False, **domain):
+    pipe = RewardPipeline(*_sources(), mode=config.mode, corrector=config.corrector)
+    return LoopTrainer(
+        ToyDomain(config, **domain), pipe, config, RunDirectory(out, resume=resume), progress=False
+    )
+
+
+def test_a_run_writes_the_shared_layout(tmp_path):
+    config = ToyConfig()
+    trainer = _trainer(config, tmp_path / "run")
+    report = trainer.run()
+    trainer.close()
+    run = tmp_path / "run"
+    assert [checkpoint_step(c) for c in list_checkpoints(run)] == [4]  # checkpoint.every null: the final one
+    ckpt = list_checkpoints(run)[-1]
+    for name in (CORRECTOR_FILE, LEDGER_FILE, "wmrl_trainer.json", "toy.pt"):
+        assert (ckpt / name).is_file()
+    assert json.loads((run / "config.json").read_text()) == config.to_dict()
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3] and all(
+        "toy/loss" in r and "wmrl/step" in r for r in rows
+    )
+    table = [json.loads(line) for line in (run / "completions.jsonl").read_text().splitlines()]
+    assert len(table) == 4 * 2 * 4 and {"wm", "wm_calibrated", "real", "reward", "advantage", "arm"} <= set(
+        table[0]
+    )
+    anchor_rows = [r for r in table if r["stream"] == "anchor"]
+    assert anchor_rows and all(r["real"] == TRUE[r["arm"]] for r in anchor_rows)
+    assert report["steps"] == 4 and report["graded_rollouts"] == 32
+    assert json.loads((run / "cost_report.json").read_text()) == json.loads(json.dumps(report))
+
+
+def test_resume_is_bit_identical_and_refuses_other_settings(tmp_path):
+    config = ToyConfig(checkpoint=CheckpointConfig(every=1, keep=None))
+    whole = _trainer(config, tmp_path / "a")
+    whole.run()
+    whole.close()
+    short = _trainer(ToyConfig(steps=2, checkpoint=config.checkpoint), tmp_path / "b")
+    short.run()
+    short.close()
+    with pytest.raises(RunDirError, match="--resume"):
+        _trainer(config, tmp_path / "b")
+    with pytest.raises(ConfigError, match=r"\['learning_rate'\]"):
+        _trainer(ToyConfig(learning_rate=0.1, checkpoint=config.checkpoint), tmp_path / "b", resume=True)
+    resumed = _trainer(config, tmp_path / "b", resume=True)
+    assert resumed.step == 2
+    resumed.run()
+    resumed.close()
+    for name in (CORRECTOR_FILE, "toy.pt"):
+        a = (tmp_path / "a/checkpoints/checkpoint-4" / name).read_bytes()
+        b = (tmp_path / "b/checkpoints/checkpoint-4" / name).read_bytes()
+        assert a == b, name
+    read = lambda p: [json.loads(line) for line in (p / "completions.jsonl").read_text().splitlines()]  # noqa: E731
+    assert read(tmp_path / "a") == read(tmp_path / "b")
+
+
+def test_a_run_that_fails_before_its_first_step_leaves_nothing(tmp_path):
+    trainer = _trainer(ToyConfig(), tmp_path / "run", fail_at=0)
+    with pytest.raises(RuntimeError, match="crashed"):
+        trainer.run()
+    assert not (tmp_path / "run").exists()
+    # a failure later keeps the run, which --resume continues
+    trainer = _trainer(ToyConfig(checkpoint=CheckpointConfig(every=1)), tmp_path / "later", fail_at=2)
+    with pytest.raises(RuntimeError):
+        trainer.run()
+    assert [checkpoint_step(c) for c in list_checkpoints(tmp_path / "later")] == [1, 2]
+    assert (
+        _trainer(ToyConfig(checkpoint=CheckpointConfig(every=1)), tmp_path / "later", resume=True).step == 2
+    )
+
+
+def test_a_run_that_died_without_a_checkpoint_restarts_with_resume(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 0}\n')
+    with pytest.raises(RunDirError, match="never wrote a checkpoint"):
+        RunDirectory(tmp_path / "run")
+    trainer = _trainer(ToyConfig(steps=1), tmp_path / "run", resume=True)
+    assert trainer.step == 0 and not (tmp_path / "run" / "metrics.jsonl").read_text()
+    trainer.run()
+
+
+def test_ctrl_c_finishes_the_step_checkpoints_and_stops(tmp_path):
+    trainer = _trainer(ToyConfig(), tmp_path / "run", stop_after=2)
+    with pytest.raises(Interrupted, match="stopped after step 2; checkpoint saved"):
+        trainer.run()
+    trainer.close()
+    assert [checkpoint_step(c) for c in list_checkpoints(tmp_path / "run")] == [2]
+    again = _trainer(ToyConfig(), tmp_path / "run", resume=True)
+    assert again.step == 2
+    again.run()
