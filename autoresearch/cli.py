@@ -2,12 +2,15 @@
 
 ``register`` must import only the standard library and ``wmrl.core``; heavy imports go inside handlers.
 
-* ``wmrl tasks list [--split train|eval] [--json]``: the bundled offline suite.
-* ``wmrl tasks show TASK [--json]``: one task (a bundled id or a task folder in any supported format).
-* ``wmrl grade TASK SOLUTION.py [--backend B] [--time-limit S] [--memory-limit MB] [--json]``: run a
-  solution in the sandbox and print its grade.
-* ``wmrl train autoresearch``, ``wmrl eval autoresearch``, ``wmrl wm-fidelity``: GRPO training, held-out
-  evaluation and world-model fidelity (``wmrl.autoresearch.training.commands``).
+* ``wmrl autoresearch tasks list [--split train|eval] [--json]``: the bundled offline suite.
+* ``wmrl autoresearch tasks show TASK [--json]``: one task (a bundled id or a task folder in any format).
+* ``wmrl autoresearch grade TASK SOLUTION.py [--backend B] [--time-limit S] [--memory-limit MB] [--json]``:
+  run a solution in the sandbox and print its grade.
+* ``wmrl autoresearch wm-fidelity``: the world model against real execution on the same solutions.
+* ``wmrl train autoresearch``, ``wmrl eval autoresearch``: GRPO training and held-out evaluation, with
+  the flags every domain shares (``wmrl.autoresearch.training.commands``).
+
+The short forms ``wmrl tasks``, ``wmrl grade`` and ``wmrl wm-fidelity`` keep working (not listed).
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ EXIT_HARNESS_ERROR = 3
 EXIT_BAD_INPUT = 2
 
 
-def register(root) -> None:
-    """Add this package's commands to the ``wmrl`` command tree (see ``wmrl.core.cli.CommandRoot``)."""
-    root.group("tasks", help="list and inspect AutoResearch tasks")
+def _add_verbs(root, hidden: bool) -> None:
+    """The domain's own verbs on ``root``: ``wmrl autoresearch ...`` (and hidden top-level aliases)."""
+    root.group("tasks", help="list and inspect AutoResearch tasks", hidden=hidden)
     listing = root.subcommand("tasks", "list", "list the bundled offline tasks", _tasks_list)
     listing.add_argument("--split", choices=("train", "eval"), help="only tasks of this split")
     listing.add_argument("--json", action="store_true", help="print a JSON list of objects")
@@ -36,7 +39,7 @@ def register(root) -> None:
     )
     show.add_argument("--json", action="store_true", help="print one JSON object")
     grade = root.command(
-        "grade", "run a solution script on a task in the sandbox and print its grade", _grade
+        "grade", "run a solution script on a task in the sandbox and print its grade", _grade, hidden=hidden
     )
     grade.add_argument(
         "task", metavar="TASK", help="bundled task id or task folder (bundled, MLE-bench, MLE-Dojo, DSBench)"
@@ -55,12 +58,24 @@ def register(root) -> None:
         "--memory-limit", type=int, metavar="MB", help="memory limit in MiB (default: the task's)"
     )
     grade.add_argument("--json", action="store_true", help="print one JSON object")
-    # Training, evaluation and world-model fidelity (handlers in wmrl.autoresearch.training.commands).
-    from wmrl.autoresearch.training.commands import register_eval, register_fidelity, register_train
+    from wmrl.autoresearch.training.commands import register_fidelity
+
+    register_fidelity(root, hidden=hidden)
+
+
+def register(root) -> None:
+    """Add this package's commands to the ``wmrl`` command tree (see ``wmrl.core.cli.CommandRoot``)."""
+    from wmrl.autoresearch.training.commands import register_eval, register_train
 
     register_train(root)
     register_eval(root)
-    register_fidelity(root)
+    _add_verbs(
+        root.domain(
+            "autoresearch", "AutoResearch tools: the task suite, grading a script, world-model fidelity"
+        ),
+        hidden=False,
+    )
+    _add_verbs(root, hidden=True)  # the short forms `wmrl grade`, `wmrl tasks`, `wmrl wm-fidelity`
 
 
 def _summary(task) -> dict:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from wmrl.autoresearch.agent.actions import Action, parse_action
 from wmrl.autoresearch.agent.feedback import ExecutionFeedback, format_feedback
@@ -36,7 +37,7 @@ class EpisodeConfig:
     """Episode settings.
 
     Attributes:
-        turns: attempts per episode (K >= 1).
+        turns: attempts per episode (K >= 1); 1 = single-turn GRPO.
         aggregation: trajectory reward from turn rewards: ``best`` (max), ``last`` or ``mean``.
         unknown: ``propagate`` (any unknown turn makes the trajectory unknown) or ``ignore``
             (aggregate the known turns; unknown only if all are).
@@ -44,9 +45,9 @@ class EpisodeConfig:
     """
 
     turns: int = 1
-    aggregation: str = "best"
-    unknown: str = "propagate"
-    feedback_max_tokens: int = 1000
+    aggregation: Literal["best", "last", "mean"] = "best"
+    unknown: Literal["propagate", "ignore"] = "propagate"
+    feedback_max_tokens: int = 300
 
     def __post_init__(self) -> None:
         if isinstance(self.turns, bool) or not isinstance(self.turns, int) or self.turns < 1:

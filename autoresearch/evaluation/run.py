@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from wmrl.autoresearch.evaluation.report import EvalReport, RolloutGrade, aggregate, task_report
+from wmrl.core.errors import UserError
 
 __all__ = [
     "EvalError",
@@ -31,7 +32,7 @@ __all__ = [
 ]
 
 
-class EvalError(ValueError):
+class EvalError(UserError, ValueError):
     """The evaluation cannot be run as asked (overlapping tasks, bad arguments)."""
 
 
@@ -162,8 +163,12 @@ def evaluate_policy(
     batch_size: int = 4,
     device: str = "cpu",
     log=None,
+    progress: bool = False,
 ) -> EvalReport:
-    """Evaluate ``model`` on held-out tasks (see the module docstring); returns the report."""
+    """Evaluate ``model`` on held-out tasks (see the module docstring); returns the report.
+
+    ``progress``: a bar over the rollouts graded in the sandbox.
+    """
     from wmrl.autoresearch.agent.actions import parse_action
     from wmrl.autoresearch.grading import ExecutionGrader
     from wmrl.autoresearch.llm import SamplingConfig, TransformersBackend
@@ -200,11 +205,21 @@ def evaluate_policy(
     sampling = SamplingConfig(
         n=samples, temperature=temperature, top_p=1.0, max_new_tokens=max_new_tokens, seed=seed
     )
+    import sys
+
+    from tqdm import tqdm
+
+    if log is not None:
+        log(f"[wmrl] sampling {samples} solutions for each of {len(rows)} tasks")
     completions = engine.complete([r["prompt"] for r in rows], sampling)
     reports = []
+    bar = tqdm(
+        total=len(rows) * samples, desc="grading", unit="rollout", disable=not progress, file=sys.stderr
+    )
     for task, replies in zip(loaded_tasks, completions, strict=True):
         grades = []
         for completion in replies:
+            bar.update(1)
             action = parse_action(completion.text)
             if action.malformed:
                 grades.append(RolloutGrade("malformed", None, grader.ladder.reward("syntax_error")))
@@ -217,8 +232,10 @@ def evaluate_policy(
             )
         report = task_report(task.id, task.category, grades)
         reports.append(report)
+        bar.set_postfix_str(task.id)
         if log is not None:
             log(f"[wmrl] {task.id}: valid {report.valid_rate}, avg@{samples} {report.avg_position}")
+    bar.close()
     settings: dict[str, Any] = {
         "max_new_tokens": max_new_tokens,
         "temperature": temperature,

@@ -24,11 +24,12 @@ from wmrl.autoresearch.fidelity.metrics import (
     status_accuracy,
     status_confusion,
 )
+from wmrl.core.errors import UserError
 
 __all__ = ["FidelityError", "FidelityItem", "run_fidelity"]
 
 
-class FidelityError(ValueError):
+class FidelityError(UserError, ValueError):
     """The fidelity run cannot be done as asked."""
 
 
@@ -76,7 +77,11 @@ def _agent_items(
 
 
 def _grade_real(
-    items: list[FidelityItem], backend: str, time_limit_s: float | None, memory_limit_mb: int | None
+    items: list[FidelityItem],
+    backend: str,
+    time_limit_s: float | None,
+    memory_limit_mb: int | None,
+    progress: bool = False,
 ):
     from wmrl.autoresearch.grading import ExecutionGrader
     from wmrl.autoresearch.sandbox import SandboxPool, make_sandbox
@@ -103,14 +108,42 @@ def _grade_real(
         result = grader.grade(tasks[item["task_ref"]], item["code"])
         return result.status, result.reward
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return list(pool.map(one, items))
+    with ThreadPoolExecutor(max_workers=2) as pool, _bar(len(items), "sandbox", progress, 0) as bar:
+        out = []
+        for result in pool.map(one, items):
+            out.append(result)
+            bar.update(1)
+        return out
 
 
-def _grade_world_model(items: list[FidelityItem], wm) -> list[tuple[str | None, float | None, str | None]]:
+def _bar(total: int, desc: str, progress: bool, position: int):
+    import sys
+
+    from tqdm import tqdm
+
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit="script",
+        disable=not progress,
+        position=position,
+        file=sys.stderr,
+        leave=False,
+    )
+
+
+def _grade_world_model(
+    items: list[FidelityItem], wm, progress: bool = False, chunk: int = 4
+) -> list[tuple[str | None, float | None, str | None]]:
     from wmrl.autoresearch.tasks import Solution
 
-    outcomes = wm.predict([Solution(i["task_ref"], i["code"] or "") for i in items])
+    outcomes = []
+    with _bar(len(items), "world model", progress, 1) as bar:
+        # in chunks, so the bar moves; the world model batches within each chunk
+        for start in range(0, len(items), chunk):
+            part = items[start : start + chunk]
+            outcomes.extend(wm.predict([Solution(i["task_ref"], i["code"] or "") for i in part]))
+            bar.update(len(part))
     return [(o.grade.status, o.grade.value, o.grade.info.get("source")) for o in outcomes]
 
 
@@ -132,8 +165,12 @@ def run_fidelity(
     overview_tokens: int = 400,
     worked_example: bool | None = None,
     log=print,
+    progress: bool = False,
 ) -> dict[str, Any]:
-    """Grade the same solutions with the world model and the sandbox; write and return the report."""
+    """Grade the same solutions with the world model and the sandbox; write and return the report.
+
+    ``progress``: a bar per stream (sandbox executions, world-model predictions).
+    """
     from wmrl.autoresearch.agent.environment import SandboxEnvironment
     from wmrl.autoresearch.agent.overview import OverviewConfig, from_task
     from wmrl.autoresearch.evaluation.run import load_policy
@@ -211,8 +248,8 @@ def run_fidelity(
             seconds[name] = time.perf_counter() - start
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        real_future = pool.submit(timed, "sandbox", _grade_real, items, backend, time_limit, memory)
-        wm_future = pool.submit(timed, "world_model", _grade_world_model, items, wm)
+        real_future = pool.submit(timed, "sandbox", _grade_real, items, backend, time_limit, memory, progress)
+        wm_future = pool.submit(timed, "world_model", _grade_world_model, items, wm, progress)
         real, predicted = real_future.result(), wm_future.result()
 
     rows = []

@@ -12,12 +12,14 @@ A harness failure (including a task that cannot be loaded) is ``None`` with the 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from wmrl.autoresearch.grading.grader import ExecutionGrader, GradeResult
 from wmrl.autoresearch.tasks.model import Solution, Task, TaskError
+from wmrl.core.rollouts import RolloutNeeds
 from wmrl.core.sources import Grade, Role
 
 __all__ = ["ExecutionRewardSource", "as_solution"]
@@ -52,6 +54,8 @@ class ExecutionRewardSource:
     """
 
     role = Role.ANCHOR
+    #: reads the script; every grade carries the execution feedback the agent sees next (K-turn episodes)
+    needs = RolloutNeeds(text=True, feedback=True)
 
     def __init__(
         self,
@@ -98,8 +102,14 @@ class ExecutionRewardSource:
             return list(pool.map(self._grade_one, parsed))
 
     def grade(self, items: Sequence[Any]) -> list[Grade]:
-        """One :class:`~wmrl.core.sources.Grade` per item (value None for a harness error)."""
-        return [r.to_grade() for r in self.grade_results(items)]
+        """One :class:`~wmrl.core.sources.Grade` per item (value None for a harness error), with the
+        execution's :class:`~wmrl.autoresearch.agent.feedback.ExecutionFeedback` as ``feedback``."""
+        from wmrl.autoresearch.agent.feedback import ExecutionFeedback
+
+        return [
+            dataclasses.replace(r.to_grade(), feedback=ExecutionFeedback.from_result(r))
+            for r in self.grade_results(items)
+        ]
 
     def score(self, items: Sequence[Any]) -> list[float | None]:
         """The rewards alone."""

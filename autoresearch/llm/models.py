@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wmrl.core.errors import UserError
+
 __all__ = [
     "EMBEDDED_MODELS",
     "EmbeddedModel",
@@ -43,7 +45,7 @@ __all__ = [
 _DONE_MARKER = "wmrl-conversion.json"
 
 
-class ModelNotFoundError(FileNotFoundError):
+class ModelNotFoundError(UserError, FileNotFoundError):
     """A model spec names nothing that can be loaded from this machine without a download."""
 
 

@@ -20,6 +20,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from wmrl.core.errors import UserError
+
 __all__ = ["CATEGORIES", "MODALITIES", "SOURCES", "Solution", "Task", "TaskError"]
 
 #: What kind of prediction the task asks for. ``other`` covers formats we load but do not classify
@@ -31,7 +33,7 @@ MODALITIES = ("tabular", "text", "image", "audio", "time_series", "mixed", "othe
 SOURCES = ("bundled", "mlebench", "mledojo", "dsbench", "custom")
 
 
-class TaskError(ValueError):
+class TaskError(UserError, ValueError):
     """A task definition (or a task folder on disk) breaks a rule of the task model."""
 
 

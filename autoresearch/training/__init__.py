@@ -1,11 +1,11 @@
-"""GRPO on TRL with world-model rewards: the trainer, the K-turn rollout, the run configuration.
+"""AutoResearch training: the run configuration and how it drives the core TRL trainer.
 
-* :class:`~wmrl.autoresearch.training.trainer.WMRLGRPOTrainer`: TRL's ``GRPOTrainer`` whose rewards
-  and advantages come from the core corrector (modes ``real``, ``world_model``, ``wmrl``).
-* :mod:`~wmrl.autoresearch.training.rollout`: K-turn episodes through TRL's ``rollout_func``.
 * :class:`~wmrl.autoresearch.training.config.TrainConfig` and
-  :func:`~wmrl.autoresearch.training.run.run_training`: ``wmrl train autoresearch``.
+  :func:`~wmrl.autoresearch.training.run.run_training`: ``wmrl train autoresearch``, on
+  :class:`wmrl.core.engines.trl.WMRLGRPOTrainer` (the domain-neutral TRL integration).
+* :func:`~wmrl.autoresearch.training.streams.solution_items`: a completion -> the ``Solution`` both
+  reward sources grade.
+* :mod:`~wmrl.autoresearch.training.episodes`: the agent's K-turn episode for the core rollout.
 
-Importing this package imports nothing else (the ``wmrl`` command registers from it); TRL and
-transformers load with the trainer module.
+Importing this package imports nothing else (the ``wmrl`` command registers from it).
 """

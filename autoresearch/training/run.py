@@ -1,14 +1,9 @@
-"""``run_training``: build everything a :class:`~.config.TrainConfig` describes, train, write the run directory.
+"""``run_training``: build everything a :class:`~.config.TrainConfig` describes, train on TRL, write the run directory.
 
-The run directory::
+The run directory is every trainer's layout (:mod:`wmrl.core.rundir`), plus::
 
-    RUN/config.json          the resolved config (reload it with --config to reproduce the run)
-    RUN/metrics.jsonl        one object per optimiser step: TRL's metrics + the corrector's wmrl/* + cost/*
-    RUN/tensorboard/         the same as TensorBoard scalars
-    RUN/plots/               calibration.png (anchor pairs + isotonic map), weights.png, reward.png
-    RUN/cost_report.json     seconds per stream and the estimated cost of the same run in `real` mode
-    RUN/checkpoints/checkpoint-N/   TRL checkpoints, each with the corrector's state and the ledger
     RUN/final/               the trained policy (LoRA adapter or full model + tokenizer) for `wmrl eval autoresearch`
+    RUN/tensorboard/         TRL's TensorBoard events (logging.report_to; other trackers log to their own stores)
 
 Several processes (``torchrun`` / ``accelerate launch`` of ``python -m wmrl.core.cli train
 autoresearch``): every rank trains and scores its slice, the main process alone writes the run
@@ -25,15 +20,24 @@ from pathlib import Path
 from typing import Any
 
 from wmrl.autoresearch.training.config import TrainConfig
+from wmrl.core.errors import Interrupted, UserError
+from wmrl.core.rundir import RunDirectory
 
-__all__ = ["RunResult", "SandboxUnavailable", "run_training"]
+__all__ = [
+    "AGENT_LIBRARIES",
+    "ANCHOR_STATUSES",
+    "RunResult",
+    "SandboxUnavailable",
+    "run_from_cli",
+    "run_training",
+]
 
 #: What the agent is told it may import (short, to keep prompts small; the sandbox runs this
 #: interpreter, so all of these are importable there).
 AGENT_LIBRARIES = ("numpy", "pandas", "scipy", "scikit-learn", "lightgbm")
 
 
-class SandboxUnavailable(RuntimeError):
+class SandboxUnavailable(UserError, RuntimeError):
     """The configured sandbox backend cannot run here; the message says which backend would."""
 
 
@@ -50,6 +54,17 @@ class RunResult:
     #: processes that trained together, and whether this is the main one (which wrote the run)
     processes: int = 1
     main: bool = True
+
+
+def _anchor_statuses() -> tuple[str, ...]:
+    """Outcomes of real executions logged as ``anchor_status/<status>`` shares: the grading ladder's
+    statuses, ``malformed`` for replies without a script, ``unknown`` for a source without statuses."""
+    from wmrl.autoresearch.grading.ladder import STATUSES
+
+    return (*STATUSES, "malformed", "unknown")
+
+
+ANCHOR_STATUSES = _anchor_statuses()
 
 
 def _device(config: TrainConfig) -> str:
@@ -108,29 +123,18 @@ def build_anchor(config: TrainConfig, tasks_by_ref: dict[str, Any]):
 
 
 def build_world_model(config: TrainConfig, tasks_by_ref: dict[str, Any], device: str):
-    """The world model: a frozen copy of ``world_model.path`` (default: the agent's backbone)."""
+    """The world model: a frozen copy of ``world_model.backend.path`` (default: the agent's backbone)."""
     from wmrl.autoresearch.agent.environment import SandboxEnvironment
     from wmrl.autoresearch.agent.overview import OverviewConfig, from_task
     from wmrl.autoresearch.llm import TransformersBackend, load_model
-    from wmrl.autoresearch.worldmodel import WorldModel, WorldModelConfig
+    from wmrl.autoresearch.worldmodel import WorldModel
 
     section = config.world_model
-    loaded = load_model(section.path or config.model.path, dtype=config.model.dtype, device=device)
+    loaded = load_model(section.backend.path or config.model.path, dtype=config.model.dtype, device=device)
     for parameter in loaded.model.parameters():
         parameter.requires_grad_(False)
     backend = TransformersBackend(
-        loaded.model, loaded.tokenizer, model_id=loaded.model_id, batch_size=section.batch_size
-    )
-    wm_config = WorldModelConfig(
-        samples=section.samples,
-        temperature=section.temperature,
-        top_p=section.top_p,
-        max_new_tokens=section.max_new_tokens,
-        seed=config.grpo.seed,
-        scoring=section.scoring,
-        worked_example=section.worked_example,
-        overview_tokens=section.overview_tokens,
-        code_max_chars=section.code_max_chars,
+        loaded.model, loaded.tokenizer, model_id=loaded.model_id, batch_size=section.backend.batch_size
     )
     budget = OverviewConfig(max_tokens=section.overview_tokens)
 
@@ -139,7 +143,7 @@ def build_world_model(config: TrainConfig, tasks_by_ref: dict[str, Any], device:
         env = SandboxEnvironment.from_task(task, libraries=AGENT_LIBRARIES)
         return from_task(task, environment=env, config=budget, tokens=loaded.tokenizer)
 
-    return WorldModel(backend, wm_config, overview_fn=overview, tokens=loaded.tokenizer)
+    return WorldModel(backend, section, overview_fn=overview, tokens=loaded.tokenizer)
 
 
 def _grpo_args(config: TrainConfig, out_dir: Path, device: str):
@@ -147,25 +151,25 @@ def _grpo_args(config: TrainConfig, out_dir: Path, device: str):
 
     g = config.grpo
     on_cpu = device == "cpu"
-    save_steps = g.save_steps or g.steps
     return GRPOConfig(
         output_dir=str(out_dir / "checkpoints"),
-        max_steps=g.steps,
-        per_device_train_batch_size=g.prompts_per_step * g.group_size,
-        num_generations=g.group_size,
+        max_steps=config.steps,
+        per_device_train_batch_size=config.groups_per_step * config.group_size,
+        num_generations=config.group_size,
         max_completion_length=g.max_completion_tokens,
         temperature=g.temperature,
         top_p=g.top_p,
-        learning_rate=g.learning_rate,
+        learning_rate=config.learning_rate,
         beta=g.beta,
         loss_type=g.loss_type,
-        seed=g.seed,
+        seed=config.seed,
         logging_steps=1,
         save_strategy="steps",
-        save_steps=save_steps,
-        report_to=[],
+        save_steps=config.checkpoint.every or config.steps,
+        save_total_limit=config.checkpoint.keep,
+        report_to=list(config.logging.report_to) or "none",
         disable_tqdm=True,
-        log_completions=False,
+        log_completions=False,  # WMRL's completions table has both streams' scores side by side
         # On a CPU: no bf16 and no gradient checkpointing (both make GRPO several times slower there).
         use_cpu=on_cpu,
         bf16=(not on_cpu) and config.model.dtype == "bfloat16",
@@ -173,20 +177,40 @@ def _grpo_args(config: TrainConfig, out_dir: Path, device: str):
     )
 
 
+def _peft_config(config: TrainConfig):
+    if not config.lora.enabled:
+        return None
+    from peft import LoraConfig
+
+    lora = config.lora
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
+        task_type="CAUSAL_LM",
+    )
+
+
 def run_training(
     config: TrainConfig,
-    out_dir: str | os.PathLike,
+    out_dir: str | os.PathLike | RunDirectory,
     *,
     resume: str | bool | None = None,
     log=print,
+    progress: bool = True,
 ) -> RunResult:
-    """Train with ``config`` and write the run directory ``out_dir`` (see the module docstring).
+    """Train with ``config`` and write the run directory (see the module docstring).
 
     Args:
         config: the validated configuration.
-        out_dir: the run directory (created; an existing run is continued only with ``resume``).
-        resume: ``True`` (the latest checkpoint in ``out_dir/checkpoints``) or a checkpoint folder.
+        out_dir: the run directory, or a :class:`~wmrl.core.rundir.RunDirectory` (the CLI's).
+        resume: ``True`` (the latest checkpoint) or a checkpoint folder; only with a path ``out_dir``.
         log: where progress lines go.
+        progress: the progress bar over steps (also needs ``logging.progress``).
+
+    Raises:
+        Interrupted: Ctrl-C; the step in progress was finished and checkpointed first.
     """
     started = time.perf_counter()
     import warnings
@@ -197,51 +221,64 @@ def run_training(
     warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.*deprecated", category=FutureWarning)
     from accelerate import PartialState
     from datasets import Dataset
+    from transformers.integrations import TensorBoardCallback
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    from wmrl.autoresearch.agent.episode import EpisodeConfig
     from wmrl.autoresearch.llm import load_model
-    from wmrl.autoresearch.training.callbacks import RunLogCallback
     from wmrl.autoresearch.training.data import build_prompt_rows, resolve_training_tasks
-    from wmrl.autoresearch.training.trainer import WMRLGRPOTrainer
+    from wmrl.autoresearch.training.episodes import episode_factory
+    from wmrl.autoresearch.training.streams import solution_items
+    from wmrl.core.completions import CompletionsTable
     from wmrl.core.config import ConfigError
-    from wmrl.core.corrector import Corrector
+    from wmrl.core.engines.trl import WMRLGRPOTrainer
+    from wmrl.core.engines.trl.callbacks import RunLogCallback
     from wmrl.core.ledger import CostLedger
     from wmrl.core.runlog import RunWriter, plot_run
 
-    out = Path(out_dir)
+    if isinstance(out_dir, RunDirectory):
+        run_dir = out_dir
+    else:
+        run_dir = RunDirectory(
+            Path(out_dir),
+            resume=resume is True,
+            resume_from=Path(resume) if isinstance(resume, (str, os.PathLike)) else None,
+            command="wmrl train autoresearch",
+        )
+    out = run_dir.path
     device = _device(config)
     on_cpu = device == "cpu"
     # One process, or one of several ranks; the process group starts here (gloo on CPUs).
     processes = PartialState(cpu=on_cpu)
-    if (out / "metrics.jsonl").exists() and not resume:
-        raise FileExistsError(
-            f"{out} already holds a run (metrics.jsonl); choose another --out, or pass --resume to continue it"
-        )
+    if run_dir.checkpoint is not None and (out / "config.json").is_file():
+        config.check_resume(json.loads((out / "config.json").read_text()))
     # Tasks and the batch are checked before anything is written, so a bad config leaves no run behind.
     sb = config.sandbox
     tasks = resolve_training_tasks(config.tasks.ids, config.tasks.limit, sb.time_limit_s, sb.memory_limit_mb)
     prompts = len(tasks) * config.tasks.prompts_per_task
-    if prompts < config.grpo.prompts_per_step * processes.num_processes:
+    if prompts < config.groups_per_step * processes.num_processes:
         raise ConfigError(
-            f"{processes.num_processes} process(es) x grpo.prompts_per_step {config.grpo.prompts_per_step} "
-            f"need that many distinct prompts per step, but {len(tasks)} tasks x tasks.prompts_per_task "
+            f"{processes.num_processes} process(es) x groups_per_step {config.groups_per_step} need that many "
+            f"distinct prompts per step, but {len(tasks)} tasks x tasks.prompts_per_task "
             f"{config.tasks.prompts_per_task} give {prompts}: raise tasks.prompts_per_task or add tasks"
         )
     processes.wait_for_everyone()  # every rank has checked before the main one creates the run
     main = processes.is_main_process
-    writer = RunWriter(out, config, tensorboard=config.logging.tensorboard) if main else _SilentWriter()
+    if main:
+        run_dir.open()
+    # TRL reports to the trackers (logging.report_to); the writer keeps metrics.jsonl and config.json.
+    writer = RunWriter(out, config) if main else _SilentWriter()
     if not main:
         log = _quiet
+    trainer = None
     try:
         tasks_by_ref = {t.ref: t.task for t in tasks}
-        log(f"[wmrl] mode {config.mode}; {len(tasks)} training tasks; device {device}")
+        log(f"[wmrl] mode {config.mode.value}; {len(tasks)} training tasks; device {device}")
         t0 = time.perf_counter()
         policy = load_model(config.model.path, dtype=config.model.dtype, device=device)
         log(f"[wmrl] policy {policy.model_id} loaded in {time.perf_counter() - t0:.1f} s")
-        anchor = build_anchor(config, tasks_by_ref) if config.mode != "world_model" else None
+        anchor = build_anchor(config, tasks_by_ref) if config.mode.executes else None
         world_model = None
-        if config.mode != "real":
+        if config.mode.needs_world_model:
             t0 = time.perf_counter()
             world_model = build_world_model(config, tasks_by_ref, device)
             log(
@@ -256,97 +293,96 @@ def run_training(
             tokens=policy.tokenizer,
             libraries=AGENT_LIBRARIES,
         )
-        dataset = Dataset.from_list(rows)
         held = 0.0  # accelerators this process holds: its own GPU per rank, all GPUs for one process
         if device.startswith("cuda"):
             held = 1.0 if processes.num_processes > 1 else float(max(torch.cuda.device_count(), 1))
         ledger = CostLedger(
             {"generation": held, "update": held, "world_model": min(held, 1.0), "anchor": 0.0}
         )
-        corrector = Corrector(config.effective_corrector())
-        peft_config = None
-        if config.model.lora.enabled:
-            from peft import LoraConfig
-
-            lora = config.model.lora
-            peft_config = LoraConfig(
-                r=lora.r,
-                lora_alpha=lora.alpha,
-                lora_dropout=lora.dropout,
-                target_modules=list(lora.target_modules),
-                task_type="CAUSAL_LM",
-            )
-        episode = EpisodeConfig(
-            turns=config.episode.turns,
-            aggregation=config.episode.aggregation,
-            unknown=config.episode.unknown,
-            feedback_max_tokens=config.episode.feedback_max_tokens,
-        )
+        multi_turn = config.episode.turns > 1
+        run_log = RunLogCallback(writer, progress and config.logging.progress and main, config.steps)
         trainer = WMRLGRPOTrainer(
             model=policy.model,
             args=_grpo_args(config, out, device),
-            train_dataset=dataset,
+            train_dataset=Dataset.from_list(rows),
             processing_class=policy.tokenizer,
-            corrector=corrector,
-            mode=config.mode,
             world_model=world_model,
             anchor=anchor,
-            episode=episode,
+            mode=config.mode,
+            corrector=config.corrector,
+            item_fn=solution_items(),
+            episodes=episode_factory(config.episode, policy.tokenizer) if multi_turn else None,
+            turns=config.episode.turns,
             ledger=ledger,
-            peft_config=peft_config,
-            callbacks=[RunLogCallback(writer, config.logging.progress and main, config.grpo.steps)],
+            statuses=ANCHOR_STATUSES,
+            completions=CompletionsTable(out) if config.logging.completions and main else None,
+            completions_to_print=config.logging.completions_to_print if config.logging.completions else 0,
+            peft_config=_peft_config(config),
+            callbacks=[run_log],
         )
+        trainer.on_phase = run_log.set_phase
         # our own bar and log writer replace transformers' (which print every log dict to stdout)
         trainer.remove_callback(ProgressCallback)
         trainer.remove_callback(PrinterCallback)
-        checkpoint = None
-        if resume:
-            checkpoint = True if resume is True else str(resume)
+        for callback in trainer.callback_handler.callbacks:
+            if isinstance(callback, TensorBoardCallback):
+                callback.logging_dir = str(out / "tensorboard")  # not TRL's output_dir/runs/<time>
+        checkpoint = str(run_dir.checkpoint) if run_dir.checkpoint is not None else None
         trainer.train(resume_from_checkpoint=checkpoint)
         final = out / "final"
-        trainer.save_model(str(final))
-        trainer.save_wmrl_state(final)
-        if main:  # the base model's *spec*, so `wmrl eval` finds the base of a LoRA adapter elsewhere too
-            (final / "wmrl_policy.json").write_text(
-                json.dumps(
-                    {"base": config.model.path, "lora": config.model.lora.enabled, "mode": config.mode},
-                    indent=2,
+        if not trainer.stopped_early:
+            trainer.save_model(str(final))
+            trainer.save_wmrl_state(final)
+            if main:  # the base model's *spec*, so `wmrl eval` finds the base of a LoRA adapter elsewhere too
+                (final / "wmrl_policy.json").write_text(
+                    json.dumps(
+                        {"base": config.model.path, "lora": config.lora.enabled, "mode": config.mode.value},
+                        indent=2,
+                    )
                 )
-            )
-        ledger = trainer.merged_ledger()  # every rank's costs (a collective: all ranks call it)
-        report = ledger.report()
-        report.update(
-            mode=config.mode,
-            steps=trainer.state.global_step,
-            device=device,
-            per_item_s={
-                name: (c["wall_s"] / c["items"] if c["items"] else None)
-                for name, c in report["spent"].items()
-            },
-            accelerators_held=dict(ledger.accelerators),
-            processes=processes.num_processes,
+        merged = trainer.merged_ledger()  # every rank's costs (a collective: all ranks call it)
+        report = trainer.pipeline.cost_report(
+            steps=trainer.state.global_step, ledger=merged, processes=processes.num_processes, device=device
         )
         writer.write_json("cost_report.json", report)
-        log("[wmrl] cost per stream:\n" + ledger.format())
+        log("[wmrl] cost per stream:\n" + merged.format())
         if config.logging.plots and main:
-            plot_run(out, corrector.debiaser, reward_key="reward")
-            if not corrector.debiaser.n_pairs:
-                log(f"[wmrl] no calibration pairs in mode {config.mode}: plots/calibration.png is not drawn")
-        checkpoints = sorted(
-            (out / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.rsplit("-", 1)[1])
-        )
-    finally:
+            plot_run(out, trainer.corrector.debiaser, reward_key="reward")
+            if not trainer.corrector.debiaser.n_pairs:
+                log(
+                    f"[wmrl] no calibration pairs in mode {config.mode.value}: plots/calibration.png is not drawn"
+                )
+    except KeyboardInterrupt:  # a second Ctrl-C: stopped at once
         writer.close()
+        done = 0 if trainer is None else trainer.state.global_step
+        if main and done == 0 and run_dir.abandon():
+            raise Interrupted("interrupted before the first step completed; nothing was kept") from None
+        raise Interrupted(
+            f"interrupted; the last checkpoint is kept (continue with: {run_dir.resume_hint})"
+        ) from None
+    except BaseException:
+        writer.close()
+        if main and (trainer is None or trainer.state.global_step == 0):
+            run_dir.abandon()  # nothing was done: leave no run folder behind
+        raise
+    writer.close()
     processes.wait_for_everyone()  # the main process has written everything
+    from wmrl.core.rundir import list_checkpoints
+
+    checkpoints = list_checkpoints(out)
+    if trainer.stopped_early:
+        raise Interrupted(
+            f"stopped after step {trainer.state.global_step}; checkpoint saved; continue with: {run_dir.resume_hint}"
+        )
     wall = time.perf_counter() - started
     rows_logged = len((out / "metrics.jsonl").read_text().splitlines())
-    summary = {
-        "wall_s": wall,
-        "final_model": str(final),
-        "last_checkpoint": str(checkpoints[-1]) if checkpoints else None,
-        "processes": processes.num_processes,
-    }
     if main:
+        summary = {
+            "wall_s": wall,
+            "final_model": str(final),
+            "last_checkpoint": str(checkpoints[-1]) if checkpoints else None,
+            "processes": processes.num_processes,
+        }
         (out / "run_summary.json").write_text(json.dumps(summary, indent=2))
     return RunResult(
         run_dir=out,
@@ -358,3 +394,33 @@ def run_training(
         processes=processes.num_processes,
         main=main,
     )
+
+
+def run_from_cli(config: TrainConfig, run_dir: RunDirectory, *, progress: bool) -> list[str]:
+    """``wmrl train autoresearch``: train, then the lines to print (see :mod:`wmrl.core.cli_runs`)."""
+    from wmrl.autoresearch.training.commands import end_process_group, leave_launched_process
+
+    try:
+        result = run_training(config, run_dir, progress=progress)
+    finally:
+        end_process_group()
+    if not result.main:
+        leave_launched_process(0)  # under torchrun / accelerate launch the main process reports the run
+    est = result.cost_report.get("real_mode_estimate", {})
+    ratio = (
+        f" (the same run in `real` mode: ~{est['ratio_wall']:.2f}x the wall time)"
+        if est.get("ratio_wall") is not None
+        else ""
+    )
+    lines = [
+        f"[wmrl] run directory: {result.run_dir} ({result.wall_s:.0f} s)",
+        f"[wmrl]   metrics: {result.run_dir / 'metrics.jsonl'} ({result.metrics_rows} rows); plots: {result.run_dir / 'plots'}",
+        f"[wmrl]   cost report: {result.run_dir / 'cost_report.json'}{ratio}",
+        f"[wmrl]   trained policy: {result.final_model}",
+        f"[wmrl]   evaluate it: wmrl eval autoresearch --model {result.final_model}",
+    ]
+    if result.processes > 1:
+        for line in lines:
+            print(line)
+        leave_launched_process(0)
+    return lines

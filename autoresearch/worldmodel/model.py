@@ -22,10 +22,11 @@ agent's next observation in world-model groups of a K-turn episode.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from wmrl.autoresearch.agent.feedback import ExecutionFeedback
 from wmrl.autoresearch.agent.overview import OverviewConfig
@@ -41,9 +42,10 @@ from wmrl.autoresearch.worldmodel.prediction import (
 )
 from wmrl.autoresearch.worldmodel.prompts import ASSISTANT_PREFIX, PROMPT_VERSION, build_messages
 from wmrl.autoresearch.worldmodel.scoring import expected_reward_from_probs, summarise_samples
+from wmrl.core.rollouts import RolloutNeeds
 from wmrl.core.sources import Grade, Role
 
-__all__ = ["WMOutcome", "WorldModel", "WorldModelConfig", "WorldModelStats"]
+__all__ = ["BackendConfig", "WMOutcome", "WorldModel", "WorldModelConfig", "WorldModelStats"]
 
 _SCORING = ("samples", "status_probs")
 #: After ``{"status": "valid", ...`` the position is read as one of 0.0, 0.1, ..., 1.0.
@@ -52,33 +54,61 @@ _POSITION_GRID = tuple(k / 10 for k in range(11))
 
 
 @dataclass(frozen=True)
-class WorldModelConfig:
-    """Settings of the world model.
+class BackendConfig:
+    """How ``wmrl`` commands build the world model's language model (a ``WorldModel`` given a backend
+    object directly ignores this).
 
     Attributes:
-        samples: completions per script (the expected reward averages their rewards).
-        temperature / top_p / max_new_tokens / seed: sampling settings (seeded: a script's
-            samples are reproducible, so they are cached).
-        scoring: ``samples`` (expected reward over sampled predictions) or ``status_probs``
-            (exact expectation under the model's status probabilities; transformers backend only).
+        path: model spec of the world model (``null``: a frozen copy of the policy's own backbone, as
+            the paper does: no stronger model in the loop).
+        batch_size: prompts per generation or scoring call.
+    """
+
+    path: str | None = None
+    batch_size: int = 4
+
+    def __post_init__(self) -> None:
+        if self.path is not None and (not isinstance(self.path, str) or not self.path.strip()):
+            raise ValueError("world_model.backend.path must be null or a model spec")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ValueError(f"world_model.backend.batch_size must be an int >= 1; got {self.batch_size!r}")
+
+
+@dataclass(frozen=True)
+class WorldModelConfig:
+    """Settings of the world model (a frozen LLM predicting a script's outcome).
+
+    The defaults are the CPU quickstart's: one prefill per script, no sampling.
+
+    Attributes:
+        samples: completions per script in ``samples`` scoring (the expected reward averages their rewards).
+        temperature / top_p / max_new_tokens / seed: sampling settings of ``samples`` scoring (seeded: a
+            script's samples are reproducible, so they are cached).
+        scoring: ``status_probs`` (the exact expected reward under the model's status probabilities,
+            from ONE prefill per script; deterministic; needs a backend that scores continuations) or
+            ``samples`` (expected reward over sampled JSON predictions; their feedback text carries a
+            predicted traceback in K-turn episodes).
         constrained_prefix: start the reply with ``{"status": "`` (forces JSON from token one).
-        worked_example: include the worked example exchange in the prompt.
+        worked_example: include the worked example exchange in the prompt (about 300 tokens more per
+            prefill; it mainly helps the JSON format of ``samples`` scoring).
         overview_tokens: token budget of the task overview in the prompt.
         code_max_chars: the script is cut (head 2/3, tail 1/3) beyond this many characters.
         name: the reward source's name.
+        backend: the language model behind it (see :class:`BackendConfig`).
     """
 
     samples: int = 4
     temperature: float = 0.7
     top_p: float = 0.9
-    max_new_tokens: int = 192
+    max_new_tokens: int = 128
     seed: int = 0
-    scoring: str = "samples"
+    scoring: Literal["status_probs", "samples"] = "status_probs"
     constrained_prefix: bool = True
-    worked_example: bool = True
-    overview_tokens: int = 1000
-    code_max_chars: int = 8000
+    worked_example: bool = False
+    overview_tokens: int = 400
+    code_max_chars: int = 4000
     name: str = "world_model"
+    backend: BackendConfig = field(default_factory=BackendConfig)
 
     def __post_init__(self) -> None:
         SamplingConfig(
@@ -103,12 +133,10 @@ class WorldModelConfig:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> WorldModelConfig:
-        """Build from a config-file section; unknown keys are rejected by name."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"WorldModelConfig: unknown keys {unknown}; known keys are {sorted(known)}")
-        return cls(**dict(values))
+        """Build from a config-file section; unknown keys are rejected by name (:func:`wmrl.core.config.from_dict`)."""
+        from wmrl.core.config import from_dict
+
+        return from_dict(cls, values)
 
     @property
     def sampling(self) -> SamplingConfig:
@@ -193,6 +221,8 @@ class WorldModel:
     """
 
     role = Role.WORLD_MODEL
+    #: reads the task and the script; every grade carries the predicted feedback (K-turn episodes)
+    needs = RolloutNeeds(text=True, feedback=True)
 
     def __init__(
         self,
@@ -242,8 +272,9 @@ class WorldModel:
         return [o.grade.value for o in self.predict(items)]
 
     def grade(self, items: Sequence[Any]) -> list[Grade]:
-        """Per item: value, modal status, per-call noise variance and diagnostics in ``info``."""
-        return [o.grade for o in self.predict(items)]
+        """Per item: value, modal status, per-call noise variance, diagnostics in ``info`` and the
+        predicted :class:`~wmrl.autoresearch.agent.feedback.ExecutionFeedback` as ``feedback``."""
+        return [dataclasses.replace(o.grade, feedback=o.feedback) for o in self.predict(items)]
 
     def predict_feedback(self, items: Sequence[Any]) -> list[ExecutionFeedback | None]:
         """The predicted feedback per item (the agent's next observation in world-model groups)."""

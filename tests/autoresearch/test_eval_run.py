@@ -68,7 +68,7 @@ def test_eval_end_to_end_on_toy_tasks(tmp_path, capsys):
     make_toy_task(tmp_path, "toy-regression")
     make_toy_task(tmp_path, "toy-binary", kind="binary")
     tasks = f"{tmp_path / 'toy-regression'},{tmp_path / 'toy-binary'}"
-    out = tmp_path / "eval.json"
+    out = tmp_path / "eval"
     code = main(
         [
             "eval",
@@ -91,7 +91,7 @@ def test_eval_end_to_end_on_toy_tasks(tmp_path, capsys):
         ]
     )
     assert code == 0
-    report = json.loads(out.read_text())
+    report = json.loads((out / "eval_report.json").read_text())
     assert json.loads(capsys.readouterr().out) == report
     assert [t["task_id"] for t in report["tasks"]] == ["toy-regression", "toy-binary"]
     for t in report["tasks"]:

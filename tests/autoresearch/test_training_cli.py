@@ -13,10 +13,10 @@ def test_train_writes_the_run_directory_and_resumes(tmp_path, capsys):
     from wmrl.autoresearch.llm.tiny import save_tiny_model
     from wmrl.autoresearch.tasks.toy import make_toy_task
     from wmrl.autoresearch.training.config import TrainConfig
-    from wmrl.autoresearch.training.trainer import CORRECTOR_FILE, LEDGER_FILE
     from wmrl.core.cli import main
     from wmrl.core.config import from_dict
     from wmrl.core.corrector import METRICS, Corrector
+    from wmrl.core.pipeline import CORRECTOR_FILE, LEDGER_FILE
 
     model = save_tiny_model(tmp_path / "tiny")
     make_toy_task(tmp_path, "toy-regression")
@@ -28,17 +28,17 @@ def test_train_writes_the_run_directory_and_resumes(tmp_path, capsys):
         f"tasks.ids={ids}",
         "tasks.overview_tokens=1500",  # the tiny tokenizer spends ~3x SmolLM2's tokens on the same text
         "world_model.overview_tokens=1500",
-        "grpo.group_size=2",
+        "group_size=2",
         "grpo.max_completion_tokens=12",
-        "grpo.save_steps=1",
+        "checkpoint.every=1",
         "logging.progress=false",
     ]
-    assert main(["train", "autoresearch", "--out", str(run), *args, "grpo.steps=2"]) == 0
+    assert main(["train", "autoresearch", "--out", str(run), *args, "steps=2"]) == 0
     printed = capsys.readouterr().out
     assert "run directory" in printed and "wmrl eval autoresearch --model" in printed
 
     config = from_dict(TrainConfig, json.loads((run / "config.json").read_text()))
-    assert config.grpo.steps == 2 and config.model.path == str(model)
+    assert config.steps == 2 and config.model.path == str(model)
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "wmrl/step" in r]
     assert [r["wmrl/step"] for r in steps] == [1.0, 2.0]
@@ -60,9 +60,118 @@ def test_train_writes_the_run_directory_and_resumes(tmp_path, capsys):
     assert json.loads((final / "wmrl_policy.json").read_text())["base"] == str(model)
 
     # the same --out again refuses to overwrite; --resume continues from the last checkpoint
-    assert main(["train", "autoresearch", "--out", str(run), *args, "grpo.steps=2"]) == 2
+    assert main(["train", "autoresearch", "--out", str(run), *args, "steps=2"]) == 2
     assert "--resume" in capsys.readouterr().err
-    assert main(["train", "autoresearch", "--out", str(run), "--resume", *args, "grpo.steps=3"]) == 0
+    assert main(["train", "autoresearch", "--out", str(run), "--resume", *args, "steps=3"]) == 0
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["wmrl/step"] for r in rows if "wmrl/step" in r] == [1.0, 2.0, 3.0]
     assert Corrector.load(run / "checkpoints" / "checkpoint-3" / CORRECTOR_FILE).step_count == 3
+
+
+def _tiny_run_args(tmp_path):
+    from wmrl.autoresearch.llm.tiny import save_tiny_model
+    from wmrl.autoresearch.tasks.toy import make_toy_task
+
+    model = save_tiny_model(tmp_path / "tiny")
+    make_toy_task(tmp_path, "toy-regression")
+    make_toy_task(tmp_path, "toy-binary", kind="binary")
+    ids = json.dumps([str(tmp_path / "toy-regression"), str(tmp_path / "toy-binary")])
+    return [
+        f"model.path={model}",
+        f"tasks.ids={ids}",
+        "tasks.overview_tokens=1500",
+        "world_model.overview_tokens=1500",
+        "group_size=2",
+        "grpo.max_completion_tokens=12",
+        "logging.progress=false",
+    ]
+
+
+def test_the_completions_table_puts_both_streams_side_by_side(tmp_path, capsys):
+    from wmrl.core.cli import main
+
+    run = tmp_path / "run"
+    args = [
+        *_tiny_run_args(tmp_path),
+        "steps=2",
+        "logging.completions=true",
+        "logging.completions_to_print=2",
+    ]
+    assert main(["train", "autoresearch", "--out", str(run), *args]) == 0
+    printed = capsys.readouterr().out
+    assert "wm_calibrated" in printed and "completion" in printed  # a sample is printed each step
+    rows = [json.loads(line) for line in (run / "completions.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 * 2 * 2  # steps x groups x rollouts
+    for row in rows:
+        assert {
+            "prompt",
+            "completion",
+            "wm",
+            "wm_calibrated",
+            "real",
+            "reward",
+            "advantage",
+            "status",
+        } <= set(row)
+        assert (isinstance(row["completion"], str) and "Write" in row["prompt"]) or row["prompt"]
+        if row["stream"] == "anchor":
+            assert row["reward"] == row["real"]
+        else:
+            assert row["real"] is None and row["reward"] == row["wm_calibrated"]
+
+
+def test_ctrl_c_saves_a_checkpoint_and_exits_130(tmp_path):
+    """A real SIGINT during a TRL run: the step finishes, a checkpoint is written, exit code 130."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import os, signal, sys
+        from wmrl.core.engines.trl import trainer as engine
+
+        original = engine.WMRLGRPOTrainer._generate_and_score_completions
+        def interrupt_in_step_one(self, inputs):
+            if self.state.global_step == 0:
+                os.kill(os.getpid(), signal.SIGINT)
+            return original(self, inputs)
+        engine.WMRLGRPOTrainer._generate_and_score_completions = interrupt_in_step_one
+        from wmrl.core.cli import main
+        sys.exit(main(sys.argv[1:]))
+        """
+    )
+    run = tmp_path / "run"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            script,
+            "train",
+            "autoresearch",
+            "--out",
+            str(run),
+            *_tiny_run_args(tmp_path),
+            "steps=4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 130, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert "stopped after step 1" in last and "--resume" in last and "Traceback" not in done.stderr
+    assert (run / "checkpoints" / "checkpoint-1" / "wmrl_corrector.json").is_file()
+    assert not (run / "final").exists()
+
+
+def test_an_unwritable_out_is_one_line_and_leaves_nothing(tmp_path, capsys):
+    from wmrl.core.cli import main
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    args = _tiny_run_args(tmp_path)
+    capsys.readouterr()  # the set-up's own output
+    assert main(["train", "autoresearch", "--out", str(blocker / "run"), *args]) == 2
+    err = capsys.readouterr().err
+    assert "cannot be written" in err and len(err.strip().splitlines()) == 1

@@ -13,53 +13,93 @@ from wmrl.core.config import ConfigError, from_dict, load_config, to_dict
 def test_defaults_are_the_embedded_quickstart():
     c = TrainConfig()
     assert c.mode == "wmrl"
-    assert c.model.path == "smollm2" and c.world_model.path is None  # a frozen copy of the agent's backbone
+    assert (
+        c.model.path == "smollm2" and c.world_model.backend.path is None
+    )  # a frozen copy of the agent's backbone
     assert c.model.device == "cpu" and c.sandbox.backend == "bwrap"
     assert c.tasks.split == "train" and not c.tasks.ids
     assert c.world_model.scoring == "status_probs"  # one prefill per script
-    assert 1 <= c.grpo.steps <= 5 and c.grpo.group_size >= 2 and c.episode.turns == 1
+    assert 1 <= c.steps <= 5 and c.group_size >= 2 and c.episode.turns == 1
     assert from_dict(TrainConfig, json.loads(json.dumps(to_dict(c)))) == c
 
 
 def test_overrides_and_the_mode_preset():
-    c = load_config(TrainConfig, None, ["mode=real", "grpo.steps=5", "corrector.scheduler.fraction=0.25"])
-    assert c.mode == "real" and c.grpo.steps == 5
-    assert c.corrector.scheduler.fraction == 0.25  # the base the preset is applied to
-    assert c.effective_corrector().scheduler.fraction == 1.0  # real: every group executed
-    wm = load_config(TrainConfig, None, ["mode=world_model"]).effective_corrector()
+    c = load_config(TrainConfig, None, ["mode=real", "steps=5"])
+    assert c.mode == "real" and c.steps == 5
+    assert c.corrector.scheduler.fraction == 1.0  # resolved: real executes every group
+    assert c.corrector.fusion.mode == "none"
+    wm = load_config(TrainConfig, None, ["mode=world_model"]).corrector
     assert wm.scheduler.fraction == 0.0 and wm.scheduler.floor == 0 and not wm.debias.enabled
-    assert TrainConfig().effective_corrector() == TrainConfig().corrector
+    # a setting the mode contradicts is refused, not silently overwritten
+    with pytest.raises(ConfigError, match="contradicts"):
+        load_config(TrainConfig, None, ["mode=real", "corrector.scheduler.fraction=0.25"])
+    with pytest.raises(ConfigError, match="contradicts"):
+        load_config(TrainConfig, None, ["mode=world_model", "corrector.fusion.mode=paper"])
+    # the domain's own corrector defaults survive the preset
+    assert c.corrector.debias.min_pairs == TrainConfig().corrector.debias.min_pairs == 8
 
 
 def test_files_and_strictness(tmp_path):
     path = tmp_path / "c.toml"
-    path.write_text(
-        'mode = "world_model"\n[grpo]\nsteps = 2\ngroup_size = 3\n[tasks]\nids = ["wine-cultivar"]\n'
-    )
-    c = load_config(TrainConfig, path, ["grpo.steps=4"])
-    assert (c.mode, c.grpo.steps, c.grpo.group_size, c.tasks.ids) == ("world_model", 4, 3, ("wine-cultivar",))
-    with pytest.raises(ConfigError, match=r"grpo\.stepz"):
+    path.write_text('mode = "world_model"\nsteps = 2\ngroup_size = 3\n[tasks]\nids = ["wine-cultivar"]\n')
+    c = load_config(TrainConfig, path, ["steps=4"])
+    assert (c.mode, c.steps, c.group_size, c.tasks.ids) == ("world_model", 4, 3, ("wine-cultivar",))
+    yaml_path = tmp_path / "c.yaml"
+    yaml_path.write_text("mode: world_model\nsteps: 2\ngroup_size: 3\ntasks:\n  ids: [wine-cultivar]\n")
+    assert load_config(TrainConfig, yaml_path, ["steps=4"]) == c
+    with pytest.raises(ConfigError, match=r"grpo\.stepz.*did you mean steps"):
         load_config(TrainConfig, None, ["grpo.stepz=3"])
     with pytest.raises(ConfigError, match="group_size must be an integer >= 2"):
-        load_config(TrainConfig, None, ["grpo.group_size=1"])
+        load_config(TrainConfig, None, ["group_size=1"])
     with pytest.raises(ConfigError, match="mode"):
         load_config(TrainConfig, None, ["mode=both"])
     with pytest.raises(ConfigError, match="duplicates"):
         load_config(TrainConfig, None, ['tasks.ids=["a", "a"]'])
+    assert load_config(TrainConfig, None, ["tasks.ids=[iris, wine]"]).tasks.ids == ("iris", "wine")
     with pytest.raises(ConfigError, match="active_share must be 0"):
         load_config(TrainConfig, None, ["episode.turns=2", "corrector.scheduler.active_share=0.5"])
     with pytest.raises(ConfigError, match=r"sandbox\.backend"):
         load_config(TrainConfig, None, ["sandbox.backend=chroot"])
 
 
-def test_cli_prints_the_resolved_config_and_rejects_bad_ones(capsys):
+def test_cli_prints_the_resolved_config_and_rejects_bad_ones(capsys, tmp_path):
+    import yaml
+
     from wmrl.core.cli import main
 
-    assert main(["train", "autoresearch", "--print-config", "grpo.steps=2"]) == 0
+    assert main(["train", "autoresearch", "--print-config", "--json", "steps=2", "mode=real"]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert from_dict(TrainConfig, printed) == load_config(TrainConfig, None, ["grpo.steps=2"])
+    resolved = load_config(TrainConfig, None, ["steps=2", "mode=real"])
+    assert from_dict(TrainConfig, printed) == resolved
+    assert printed["corrector"]["scheduler"]["fraction"] == 1.0  # what runs, after the mode
+    # the annotated YAML is the same config, with each key documented, and loads back through --config
+    assert main(["train", "autoresearch", "--print-config", "steps=2", "mode=real"]) == 0
+    text = capsys.readouterr().out
+    assert "# training steps" in text and "[default: 3]" in text
+    assert from_dict(TrainConfig, yaml.safe_load(text)) == resolved
+    (tmp_path / "printed.yaml").write_text(text)
+    assert (
+        main(
+            ["train", "autoresearch", "--config", str(tmp_path / "printed.yaml"), "--print-config", "--json"]
+        )
+        == 0
+    )
+    assert json.loads(capsys.readouterr().out) == printed
+    # one-line errors with exit code 2: an unknown key, a malformed file, a directory as --config
     assert main(["train", "autoresearch", "grpo.nope=1"]) == 2
     assert "grpo.nope" in capsys.readouterr().err
+    (tmp_path / "bad.yaml").write_text("steps: [1,\n")
+    assert main(["train", "autoresearch", "--config", str(tmp_path / "bad.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "bad.yaml is not valid YAML" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    )
+    assert main(["train", "autoresearch", "--config", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    # --help lists every key with its documentation
+    with pytest.raises(SystemExit):
+        main(["train", "autoresearch", "--help"])
+    assert "corrector.scheduler.fraction (float)" in capsys.readouterr().out
 
 
 @pytest.mark.pandas

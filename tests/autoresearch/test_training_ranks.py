@@ -99,8 +99,8 @@ def test_each_rank_trains_on_and_grades_its_own_slice(ranks):
 
 
 def test_logs_and_costs_describe_every_rank(ranks):
-    from wmrl.autoresearch.training.trainer import CORRECTOR_FILE, LEDGER_FILE
     from wmrl.core.corrector import Corrector
+    from wmrl.core.pipeline import CORRECTOR_FILE, LEDGER_FILE
 
     out, (zero, one) = ranks
     statuses = {0: "valid", 1: "runtime_error"}  # grpo_rank_worker labels executions by rank
@@ -158,9 +158,9 @@ def test_wmrl_train_under_torchrun_writes_one_run(tmp_path, unused_port):
         "tasks.prompts_per_task=2",  # 2 ranks x 2 prompts per step need 4 distinct prompts
         "tasks.overview_tokens=1500",
         "world_model.overview_tokens=1500",
-        "grpo.group_size=2",
+        "group_size=2",
         "grpo.max_completion_tokens=12",
-        "grpo.steps=2",
+        "steps=2",
         "logging.progress=false",
         cwd=tmp_path,
     )

@@ -95,10 +95,11 @@ def test_grpo_with_the_sandbox_and_the_world_model(tmp_path, setup, mode):
     from wmrl.autoresearch.grading import ExecutionGrader
     from wmrl.autoresearch.llm import load_model
     from wmrl.autoresearch.tasks import Solution, load_task
-    from wmrl.autoresearch.training.streams import Exact
-    from wmrl.autoresearch.training.trainer import WMRLGRPOTrainer
+    from wmrl.autoresearch.training.run import ANCHOR_STATUSES
     from wmrl.core.corrector import Corrector, CorrectorConfig
     from wmrl.core.debias import DebiasConfig
+    from wmrl.core.engines.trl import WMRLGRPOTrainer
+    from wmrl.core.rollouts import Exact
 
     wm, anchor = sources(setup)
     executed = []
@@ -127,6 +128,7 @@ def test_grpo_with_the_sandbox_and_the_world_model(tmp_path, setup, mode):
         mode=mode,
         world_model=wm,
         anchor=anchor,
+        statuses=ANCHOR_STATUSES,
     )
     rec = Recorder(trainer)
     trainer.train()

@@ -19,9 +19,9 @@ def _trainer(tmp_path, out, steps=3):
     from datasets import Dataset
 
     from wmrl.autoresearch.llm.tiny import build_tiny_model
-    from wmrl.autoresearch.training.trainer import WMRLGRPOTrainer
     from wmrl.core.corrector import Corrector, CorrectorConfig
     from wmrl.core.debias import DebiasConfig
+    from wmrl.core.engines.trl import WMRLGRPOTrainer
     from wmrl.core.fusion import FusionConfig
     from wmrl.core.sources import as_source
 
@@ -68,8 +68,8 @@ def _state(corrector) -> str:
 
 
 def test_resume_restores_the_corrector_exactly(tmp_path):
-    from wmrl.autoresearch.training.trainer import CORRECTOR_FILE, LEDGER_FILE
     from wmrl.core.corrector import Corrector
+    from wmrl.core.pipeline import CORRECTOR_FILE, LEDGER_FILE
 
     full = _trainer(tmp_path, tmp_path / "full")
     full.train()
@@ -92,8 +92,8 @@ def test_resume_restores_the_corrector_exactly(tmp_path):
 
 
 def test_restoring_refuses_a_different_corrector_or_a_foreign_checkpoint(tmp_path):
-    from wmrl.autoresearch.training.trainer import CORRECTOR_FILE
     from wmrl.core.corrector import Corrector, CorrectorConfig
+    from wmrl.core.pipeline import CORRECTOR_FILE
 
     trainer = _trainer(tmp_path, tmp_path / "a", steps=1)
     trainer.train()
@@ -102,15 +102,15 @@ def test_restoring_refuses_a_different_corrector_or_a_foreign_checkpoint(tmp_pat
     with pytest.raises(ValueError, match="configured differently"):
         trainer.load_wmrl_state(folder)
     (folder / CORRECTOR_FILE).unlink()
-    with pytest.raises(FileNotFoundError, match="not written by WMRLGRPOTrainer"):
+    with pytest.raises(FileNotFoundError, match="not written by a WMRL trainer"):
         trainer.load_wmrl_state(folder)
 
 
 def test_a_ledger_saved_by_several_ranks_resumes_on_one(tmp_path):
     """A checkpoint written by two ranks holds each rank's ledger; one process resuming it takes
     their sum (so the run's total cost is kept) with the accelerators it holds itself."""
-    from wmrl.autoresearch.training.trainer import LEDGER_FILE
     from wmrl.core.ledger import CostLedger
+    from wmrl.core.pipeline import LEDGER_FILE
 
     trainer = _trainer(tmp_path, tmp_path / "a", steps=1)
     trainer.train()
@@ -136,8 +136,8 @@ def test_too_few_prompts_for_one_generation_batch_is_refused(tmp_path):
     from datasets import Dataset
 
     from wmrl.autoresearch.llm.tiny import build_tiny_model
-    from wmrl.autoresearch.training.trainer import WMRLGRPOTrainer
     from wmrl.core.corrector import Corrector, CorrectorConfig
+    from wmrl.core.engines.trl import WMRLGRPOTrainer
     from wmrl.core.sources import as_source
 
     model, tokenizer = build_tiny_model(seed=0)

@@ -15,7 +15,7 @@ from cpu_grpo import cpu_grpo_config
 def test_feedback_suffix_closes_the_turn_and_opens_the_next():
     pytest.importorskip("transformers")
     from wmrl.autoresearch.llm.tiny import build_tiny_tokenizer
-    from wmrl.autoresearch.training.rollout import feedback_suffix
+    from wmrl.core.engines.trl import feedback_suffix
 
     tok = build_tiny_tokenizer()
     assert (
@@ -48,11 +48,13 @@ def test_two_turn_rollout(tmp_path):
     from wmrl.autoresearch.sandbox import SandboxPool, make_sandbox
     from wmrl.autoresearch.tasks import load_task
     from wmrl.autoresearch.tasks.toy import make_toy_task
-    from wmrl.autoresearch.training.streams import Exact, solution_items
+    from wmrl.autoresearch.training.episodes import episode_factory
+    from wmrl.autoresearch.training.streams import solution_items
     from wmrl.autoresearch.training.tiny_coder import train_tiny_coder
-    from wmrl.autoresearch.training.trainer import WMRLGRPOTrainer
     from wmrl.autoresearch.worldmodel import WorldModel, WorldModelConfig
     from wmrl.core.corrector import Corrector, CorrectorConfig
+    from wmrl.core.engines.trl import WMRLGRPOTrainer
+    from wmrl.core.rollouts import Exact
 
     make_toy_task(tmp_path, "toy-regression", time_limit_s=30)
     make_toy_task(tmp_path, "toy-binary", kind="binary", time_limit_s=30)
@@ -94,7 +96,9 @@ def test_two_turn_rollout(tmp_path):
         mode="wmrl",
         world_model=wm,
         anchor=anchor,
-        episode=episode,
+        episodes=episode_factory(episode, policy.tokenizer),
+        turns=episode.turns,
+        item_fn=solution_items(),
     )
     items = []
     make = solution_items()
@@ -162,9 +166,11 @@ def test_two_turn_rollout_masks_feedback_of_malformed_replies(tmp_path):
     from wmrl.autoresearch.grading import ExecutionGrader, ExecutionRewardSource
     from wmrl.autoresearch.llm import TransformersBackend
     from wmrl.autoresearch.llm.tiny import build_tiny_model
-    from wmrl.autoresearch.training.trainer import WMRLGRPOTrainer
+    from wmrl.autoresearch.training.episodes import episode_factory
+    from wmrl.autoresearch.training.streams import solution_items
     from wmrl.autoresearch.worldmodel import WorldModel
     from wmrl.core.corrector import Corrector, CorrectorConfig
+    from wmrl.core.engines.trl import WMRLGRPOTrainer
 
     model, tok = build_tiny_model()
     frozen, frozen_tok = build_tiny_model()
@@ -193,7 +199,9 @@ def test_two_turn_rollout_masks_feedback_of_malformed_replies(tmp_path):
         mode="wmrl",
         world_model=wm,
         anchor=anchor,
-        episode=episode,
+        episodes=episode_factory(episode, tok),
+        turns=episode.turns,
+        item_fn=solution_items(),
     )
     rollouts, outputs = [], []
     rollout = trainer.rollout_func

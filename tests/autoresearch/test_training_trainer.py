@@ -103,9 +103,9 @@ class Spy:
 
 def make_trainer(tmp_path, mode, preset_changes=None, **kwargs):
     from wmrl.autoresearch.llm.tiny import build_tiny_model
-    from wmrl.autoresearch.training.trainer import WMRLGRPOTrainer
     from wmrl.core.corrector import Corrector, CorrectorConfig
     from wmrl.core.debias import DebiasConfig
+    from wmrl.core.engines.trl import WMRLGRPOTrainer
     from wmrl.core.fusion import FusionConfig
 
     base = CorrectorConfig(debias=DebiasConfig(min_pairs=2), fusion=FusionConfig(min_groups=1))
@@ -207,8 +207,8 @@ def test_fusion_weights_multiply_advantages_not_rewards(tmp_path):
 def test_unknown_rewards_get_no_gradient(tmp_path):
     """A world-model score of None is unknown: masked out of the loss, not scored 0."""
     from wmrl.autoresearch.llm.tiny import build_tiny_model
-    from wmrl.autoresearch.training.trainer import WMRLGRPOTrainer
     from wmrl.core.corrector import Corrector, CorrectorConfig
+    from wmrl.core.engines.trl import WMRLGRPOTrainer
 
     model, tokenizer = build_tiny_model()
     wm = Counting(lambda t: None if len(t) % 2 else wm_formula(t), "world_model", "wm")
@@ -235,14 +235,15 @@ def test_unknown_rewards_get_no_gradient(tmp_path):
 
 
 def test_rejects_normalize_then_sum_and_bad_modes(tmp_path):
-    from wmrl.autoresearch.training.trainer import WMRLGRPOTrainer, check_mode
     from wmrl.core.corrector import Corrector, CorrectorConfig
+    from wmrl.core.engines.trl import WMRLGRPOTrainer
+    from wmrl.core.modes import check_mode
 
     with pytest.raises(ValueError, match="normalize_then_sum"):
         make_trainer(
             tmp_path, "wmrl", args=grpo_args(tmp_path, multi_objective_aggregation="normalize_then_sum")
         )
-    with pytest.raises(ValueError, match="preset\\('real'\\)"):
+    with pytest.raises(ValueError, match="executes every group"):
         check_mode("real", Corrector(CorrectorConfig()))
     with pytest.raises(ValueError, match="world_model"):
         check_mode("world_model", Corrector(CorrectorConfig()))

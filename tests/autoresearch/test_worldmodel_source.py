@@ -74,7 +74,9 @@ def _numbered_first_line(code):
 
 def wm_with(replies, samples=4, **kwargs):
     backend = ScriptedBackend(replies)
-    config = WorldModelConfig(samples=samples, **kwargs.pop("config", {}))
+    config = WorldModelConfig(
+        **{"scoring": "samples", "worked_example": True, "samples": samples, **kwargs.pop("config", {})}
+    )
     return WorldModel(backend, config, overview_fn=lambda task_id: OVERVIEW, **kwargs), backend
 
 
@@ -193,7 +195,7 @@ def test_cache_hits_skip_the_model_and_keys_separate_what_matters(tmp_path):
     assert backend2.prompts == 1
     wm3 = WorldModel(
         ScriptedBackend(replies, model_id="other-model"),
-        WorldModelConfig(samples=4),
+        WorldModelConfig(scoring="samples", worked_example=True, samples=4),
         overview_fn=lambda t: OVERVIEW,
         cache=cache,
     )
@@ -226,7 +228,11 @@ class _Failing(BackendBase):
     "error", [BackendError("server down"), RuntimeError("CUDA out of memory"), ConnectionError("reset")]
 )
 def test_backend_errors_are_unknown_and_not_cached(error):
-    wm = WorldModel(_Failing(error), WorldModelConfig(samples=2), overview_fn=lambda t: OVERVIEW)
+    wm = WorldModel(
+        _Failing(error),
+        WorldModelConfig(scoring="samples", worked_example=True, samples=2),
+        overview_fn=lambda t: OVERVIEW,
+    )
     grades = collect_grades(wm, [Solution("t", GOOD), Solution("t", "")])
     assert grades[0].value is None and "backend error" in grades[0].info["reason"]
     assert grades[1].value == 0.0  # the gate still answers
@@ -240,7 +246,11 @@ def test_partial_backend_failure_keeps_the_answers_it_got():
             for p in prompts
         ]
 
-    wm = WorldModel(_Failing(None, partial), WorldModelConfig(samples=2), overview_fn=lambda t: OVERVIEW)
+    wm = WorldModel(
+        _Failing(None, partial),
+        WorldModelConfig(scoring="samples", worked_example=True, samples=2),
+        overview_fn=lambda t: OVERVIEW,
+    )
     values = wm.score([Solution("t", GOOD), Solution("t", "import x\nprint(3)\n")])
     assert values[0] == pytest.approx(0.5) and values[1] is None
 
@@ -303,13 +313,13 @@ def test_feedback_from_world_model_looks_like_real_feedback():
 
 
 def test_config_validation():
-    with pytest.raises(ValueError, match="unknown keys"):
+    with pytest.raises(ValueError, match=r"unknown config key.*did you mean temperature"):
         WorldModelConfig.from_mapping({"samples": 2, "temperture": 0.1})
     assert WorldModelConfig.from_mapping({"samples": 2}).samples == 2
     with pytest.raises(ValueError, match="scoring"):
         WorldModelConfig(scoring="vibes")
     with pytest.raises(ValueError, match="n must be"):
-        WorldModelConfig(samples=0)
+        WorldModelConfig(scoring="samples", worked_example=True, samples=0)
     with pytest.raises(ValueError, match="code_max_chars"):
         WorldModelConfig(code_max_chars=10)
     with pytest.raises(ValueError, match="score_continuations"):
@@ -362,7 +372,9 @@ def tiny_backend():
 @pytest.mark.transformers
 def test_with_a_real_tiny_model_every_grade_keeps_the_contract(tiny_backend):
     wm = WorldModel(
-        tiny_backend, WorldModelConfig(samples=2, max_new_tokens=12), overview_fn=lambda t: OVERVIEW
+        tiny_backend,
+        WorldModelConfig(scoring="samples", worked_example=True, samples=2, max_new_tokens=12),
+        overview_fn=lambda t: OVERVIEW,
     )
     items = [
         Solution("t", GOOD),
@@ -406,7 +418,7 @@ def test_world_model_over_the_http_backend(tiny_backend):
     with OpenAICompatServer(tiny_backend) as server:
         wm = WorldModel(
             OpenAIChatBackend(server.url),
-            WorldModelConfig(samples=2, max_new_tokens=8),
+            WorldModelConfig(scoring="samples", worked_example=True, samples=2, max_new_tokens=8),
             overview_fn=lambda t: OVERVIEW,
         )
         grades = collect_grades(wm, [Solution("t", GOOD)])
@@ -427,7 +439,9 @@ def test_smollm2_world_model_parses_its_own_output():
     backend = TransformersBackend.from_spec("smollm2")
     wm = WorldModel(
         backend,
-        WorldModelConfig(samples=2, max_new_tokens=48, overview_tokens=400),
+        WorldModelConfig(
+            scoring="samples", worked_example=True, samples=2, max_new_tokens=48, overview_tokens=400
+        ),
         overview_fn=lambda t: OVERVIEW,
     )
     grades = collect_grades(
@@ -443,12 +457,18 @@ def test_default_overview_comes_from_the_bundled_task():
 
     task_id = TRAIN_TASKS[0]
     backend = ScriptedBackend({GOOD: [completion("valid", 0.5)] * 2})
-    wm = WorldModel(backend, WorldModelConfig(samples=2, overview_tokens=600))
+    wm = WorldModel(
+        backend, WorldModelConfig(scoring="samples", worked_example=True, samples=2, overview_tokens=600)
+    )
     assert wm.score([Solution(task_id, GOOD)]) == [pytest.approx(0.75)]
     user = backend.last[0][0][-1]["content"]
     task = load_task(task_id)
     assert "## SUBMISSION CONTRACT" in user and task.target_columns[0] in user
-    resolved = WorldModel(backend, WorldModelConfig(samples=2), task_resolver=load_task)
+    resolved = WorldModel(
+        backend,
+        WorldModelConfig(scoring="samples", worked_example=True, samples=2, overview_tokens=600),
+        task_resolver=load_task,
+    )
     assert "## TARGET COLUMNS" in resolved.overview(task_id)
 
 
@@ -459,7 +479,9 @@ def test_an_unreadable_task_leaves_only_its_own_scripts_unknown():
         return OVERVIEW
 
     backend = ScriptedBackend({GOOD: [completion("no_submission")] * 2})
-    wm = WorldModel(backend, WorldModelConfig(samples=2), overview_fn=overview)
+    wm = WorldModel(
+        backend, WorldModelConfig(scoring="samples", worked_example=True, samples=2), overview_fn=overview
+    )
     grades = wm.grade([Solution("broken", GOOD), Solution("t", GOOD)])
     assert grades[0].value is None and "cannot build the prompt for task 'broken'" in grades[0].info["reason"]
     assert grades[1].value == pytest.approx(0.2) and backend.prompts == 1
