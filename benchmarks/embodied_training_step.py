@@ -44,7 +44,7 @@ def smoke_steps(n_steps: int) -> dict:
     from wmrl.embodied.training import load_train_config
     from wmrl.embodied.training.trainer import train
 
-    config = load_train_config("smoke", [f"steps={n_steps}", f"checkpoint_every={n_steps}"])
+    config = load_train_config("smoke", [f"steps={n_steps}", f"checkpoint.every={n_steps}"])
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         train(config, Path(tmp) / "run", progress=False)

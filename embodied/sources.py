@@ -31,6 +31,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import numpy as np
 
 from wmrl.core.config import require
+from wmrl.core.rollouts import RolloutNeeds
 from wmrl.core.sources import Grade, Role
 from wmrl.embodied.worldmodel.backend import FramePredictions, RobometerBackend
 from wmrl.embodied.worldmodel.frames import subsample_frames
@@ -98,6 +99,11 @@ class RobometerSource:
     num_frames: int = 8
     name: str = "robometer"
     role: Role = Role.WORLD_MODEL
+
+    @property
+    def needs(self) -> RolloutNeeds:
+        """It watches ``num_frames`` frames of ``camera`` per episode (the trainer keeps just that window)."""
+        return RolloutNeeds(frames=self.num_frames, camera=self.camera)
 
     def __post_init__(self) -> None:
         if not callable(getattr(self.backend, "predict", None)):

@@ -41,13 +41,15 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from wmrl.core.errors import UserError
+
 __all__ = ["LiberoPaths", "LiberoUnavailableError", "cache_dir", "find_assets_dir", "prepare_libero"]
 
 _LOCK = threading.Lock()
 _PREPARED: LiberoPaths | None = None
 
 
-class LiberoUnavailableError(RuntimeError):
+class LiberoUnavailableError(UserError, RuntimeError):
     """The LIBERO simulator stack (robosuite, rpent-libero, assets) is missing or unusable here."""
 
 

@@ -45,3 +45,32 @@ def states_for_split(split: str, num_states: int = NUM_INIT_STATES) -> tuple[int
     if split == "all":
         return tuple(states)
     return tuple(s for s in states if split_of(s) == split)
+
+
+def parse_indices(text: str) -> tuple[int, ...]:
+    """``"0,2,5-7"`` -> ``(0, 2, 5, 6, 7)``: task or initial-state indices, ranges inclusive.
+
+    Raises:
+        ValueError: not integers or ranges, a range that runs backwards, or nothing at all.
+    """
+    out: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        try:
+            if sep:
+                first, last = int(lo), int(hi)
+                if last < first:
+                    raise ValueError(f"range {part!r} runs backwards")
+                out.extend(range(first, last + 1))
+            else:
+                out.append(int(part))
+        except ValueError as err:
+            if "backwards" in str(err):
+                raise
+            raise ValueError(f"expected integers or ranges like 0,2,5-7; got {text!r}") from None
+    if not out:
+        raise ValueError(f"expected at least one index; got {text!r}")
+    return tuple(out)

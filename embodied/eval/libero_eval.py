@@ -13,7 +13,7 @@ from typing import Any
 
 from wmrl.embodied.env.config import DEFAULT_CAMERAS, LiberoEnvConfig, parse_cameras
 from wmrl.embodied.env.images import check_orientation
-from wmrl.embodied.env.splits import NUM_INIT_STATES, SPLITS, states_for_split
+from wmrl.embodied.env.splits import NUM_INIT_STATES, SPLITS, parse_indices, states_for_split
 from wmrl.embodied.env.suites import DEFAULT_SUITE, SUITE_NUM_TASKS, check_suite
 from wmrl.embodied.rollout.records import EpisodeRecord, EpisodeSpec, episode_seed
 
@@ -26,8 +26,8 @@ class LiberoEvalConfig:
 
     Attributes:
         suite: LIBERO suite (``libero_10`` = LIBERO-Long).
-        tasks: task indices; ``None`` = every task of the suite.
-        states: initial-state indices; ``None`` = the states of ``split``.
+        tasks: task indices, a list or a string like ``"0,2,5-7"``; ``null`` = every task of the suite.
+        states: initial-state indices (the same forms); ``null`` = the states of ``split``.
         split: ``"all"`` (50 states), ``"in_domain"`` (0-15) or ``"held_out"`` (16-49); used when
             ``states`` is ``None``.
         rollouts_per_state: k, rollouts from each (task, initial state); Best@k and All@k use it.
@@ -37,16 +37,18 @@ class LiberoEvalConfig:
         max_steps: policy-step limit; ``None`` = the suite's standard (520 for libero_10).
         settle_steps: no-op steps after placing the initial state.
         seed: base seed; every episode's seed derives from it and the episode's coordinates.
-        cameras: cameras rendered (and seen by the policy); ``()`` for none.
+        cameras: cameras rendered (and seen by the policy), a list or a comma-separated string;
+            ``[]`` or ``"none"`` for none.
         image_size: square image side in pixels.
         orientation: image orientation given to the policy and written to videos.
         hard_reset: rebuild the MuJoCo model at every reset (LIBERO's evaluation protocol).
-        out_dir: where ``eval_info.json`` and ``videos/`` go; ``None`` writes nothing.
+        out_dir: where ``eval_info.json`` and ``videos/`` go; ``None`` writes nothing (``wmrl eval``
+            sets it from ``--out``).
     """
 
     suite: str = DEFAULT_SUITE
-    tasks: tuple[int, ...] | None = None
-    states: tuple[int, ...] | None = None
+    tasks: str | tuple[int, ...] | None = None
+    states: str | tuple[int, ...] | None = None
     split: str = "all"
     rollouts_per_state: int = 1
     policy: str = "random"
@@ -55,7 +57,7 @@ class LiberoEvalConfig:
     max_steps: int | None = None
     settle_steps: int = 10
     seed: int = 0
-    cameras: tuple[str, ...] = DEFAULT_CAMERAS
+    cameras: str | tuple[str, ...] = DEFAULT_CAMERAS
     image_size: int = 256
     orientation: str = "upright"
     hard_reset: bool = True
@@ -65,7 +67,7 @@ class LiberoEvalConfig:
         check_suite(self.suite)
         n_tasks = SUITE_NUM_TASKS[self.suite]
         if self.tasks is not None:
-            tasks = tuple(self.tasks)
+            tasks = parse_indices(self.tasks) if isinstance(self.tasks, str) else tuple(self.tasks)
             _check_indices("tasks", tasks, n_tasks)
             object.__setattr__(self, "tasks", tasks)
         if self.split not in SPLITS:
@@ -73,7 +75,7 @@ class LiberoEvalConfig:
         if self.states is not None:
             if self.split != "all":
                 raise ValueError("give initial states or a split, not both")
-            states = tuple(self.states)
+            states = parse_indices(self.states) if isinstance(self.states, str) else tuple(self.states)
             _check_indices("states", states, NUM_INIT_STATES)
             object.__setattr__(self, "states", states)
         _check_int("rollouts_per_state", self.rollouts_per_state, 1)

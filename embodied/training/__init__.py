@@ -2,17 +2,15 @@
 
 Modules: :mod:`config` (the typed config and presets), :mod:`groups` (G rollouts per (task, initial
 state)), :mod:`batch` (per-(episode, timestep) samples), :mod:`ppo` (the clipped token loss),
-:mod:`update` (PPO epochs), :mod:`policy_setup` (policy, LoRA, reference), :mod:`checkpoint`,
-:mod:`trainer` (the loop), :mod:`report` (cost report and plots). Heavy imports (torch models, the
+:mod:`update` (PPO epochs), :mod:`policy_setup` (policy, LoRA, reference), :mod:`trainer` (the
+domain on the core loop trainer), :mod:`report` (plots). Heavy imports (torch models, the
 simulator) happen when a trainer is built, not when this package is imported.
 """
 
 from wmrl.embodied.training.config import (
-    MODES,
     PRESETS,
     EmbodiedTrainConfig,
     EnvSpec,
-    LoraSpec,
     PolicySpec,
     PPOConfig,
     load_train_config,
@@ -20,12 +18,10 @@ from wmrl.embodied.training.config import (
 from wmrl.embodied.training.groups import GroupSpec, choose_groups, episode_specs
 
 __all__ = [
-    "MODES",
     "PRESETS",
     "EmbodiedTrainConfig",
     "EnvSpec",
     "GroupSpec",
-    "LoraSpec",
     "PPOConfig",
     "PolicySpec",
     "choose_groups",

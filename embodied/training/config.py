@@ -15,33 +15,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar
 
-from wmrl.core.config import ConfigError, apply_overrides, from_dict, require, to_dict
-from wmrl.core.corrector import CorrectorConfig
+from wmrl.core.config import load_config, require
+from wmrl.core.modes import Mode
+from wmrl.core.train_config import CheckpointConfig, LoraConfig, TrainConfigBase
 from wmrl.embodied.env.splits import IN_DOMAIN_STATES, NUM_INIT_STATES
 from wmrl.embodied.env.suites import DEFAULT_SUITE, SUITE_NUM_TASKS, check_suite
 from wmrl.embodied.sources import RobometerSourceConfig
 
-__all__ = [
-    "MODES",
-    "PRESETS",
-    "EmbodiedTrainConfig",
-    "EnvSpec",
-    "LoraSpec",
-    "PPOConfig",
-    "PolicySpec",
-    "load_train_config",
-]
-
-Mode = Literal["sparse", "world_model", "wmrl"]
-
-MODES: dict[str, str] = {
-    "sparse": "real",
-    "world_model": "world_model",
-    "wmrl": "wmrl",
-}
-"""Training mode -> corrector preset (:data:`wmrl.core.corrector.PRESETS`). The mode picks nothing else."""
+__all__ = ["PRESETS", "EmbodiedTrainConfig", "EnvSpec", "PPOConfig", "PolicySpec", "load_train_config"]
 
 # The official trainer's LoRA targets (every linear of the Qwen2 decoder).
 _LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -98,24 +81,6 @@ class PolicySpec:
     @property
     def is_tiny(self) -> bool:
         return self.source == "tiny"
-
-
-@dataclass(frozen=True)
-class LoraSpec:
-    """LoRA adapters (peft) on the LLM; everything else frozen. ``enabled=False`` fine-tunes the
-    projector and the LLM fully (the vision towers stay frozen)."""
-
-    enabled: bool = True
-    r: int = 16
-    alpha: int = 32
-    dropout: float = 0.0
-    targets: tuple[str, ...] = _LORA_TARGETS
-
-    def __post_init__(self) -> None:
-        _positive_int("lora.r", self.r)
-        _positive_int("lora.alpha", self.alpha)
-        require(0.0 <= self.dropout < 1.0, f"lora.dropout must be in [0, 1); got {self.dropout}")
-        require(len(self.targets) > 0, "lora.targets must name at least one module")
 
 
 @dataclass(frozen=True)
@@ -201,7 +166,7 @@ class PPOConfig:
         clip_low, clip_high: the ratio is clipped to ``[1 - clip_low, 1 + clip_high]`` (clip-higher when
             ``clip_high > clip_low``).
         kl_beta: weight of the KL penalty to the reference (frozen initial) policy; 0 = none.
-        lr, weight_decay, betas: AdamW.
+        weight_decay, betas: AdamW (its learning rate is the shared ``learning_rate``).
         max_grad_norm: global gradient-norm clip (``None``: no clipping; the norm is logged either way).
         drop_zero_advantage: skip samples whose advantage is exactly 0 when ``kl_beta == 0`` (they carry no
             gradient; as the official trainer does).
@@ -214,7 +179,6 @@ class PPOConfig:
     clip_low: float = 0.2
     clip_high: float = 0.2
     kl_beta: float = 0.04
-    lr: float = 1e-4
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
     max_grad_norm: float | None = 1.0
@@ -233,7 +197,6 @@ class PPOConfig:
         require(0 < self.clip_low < 1, f"ppo.clip_low must be in (0, 1); got {self.clip_low}")
         require(self.clip_high > 0, f"ppo.clip_high must be > 0; got {self.clip_high}")
         require(self.kl_beta >= 0, f"ppo.kl_beta must be >= 0; got {self.kl_beta}")
-        require(self.lr > 0, f"ppo.lr must be > 0; got {self.lr}")
         require(self.weight_decay >= 0, f"ppo.weight_decay must be >= 0; got {self.weight_decay}")
         require(
             len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
@@ -249,55 +212,56 @@ def _tiny_world_model() -> RobometerSourceConfig:
     return RobometerSourceConfig(backend="tiny")
 
 
+def _lora() -> LoraConfig:
+    # The official trainer's LoRA (r16/alpha32 on every linear of the Qwen2 decoder).
+    return LoraConfig(r=16, alpha=32, target_modules=_LORA_TARGETS)
+
+
+def _checkpoint() -> CheckpointConfig:
+    return CheckpointConfig(every=20, keep=2)
+
+
 @dataclass(frozen=True)
-class EmbodiedTrainConfig:
-    """Everything ``wmrl train embodied`` does.
+class EmbodiedTrainConfig(TrainConfigBase):
+    """Everything ``wmrl train embodied`` does (the shared keys are those of every domain).
 
     Attributes:
-        mode: ``sparse`` (real-signal GRPO: corrector preset ``real``, every group graded by the
-            simulator's success), ``world_model`` (Robometer alone) or ``wmrl`` (the corrector as
-            configured: anchors + isotonic debiasing + fusion). The mode only picks the preset.
+        mode: ``real`` (sparse-success GRPO: every group graded by the simulator's success flag;
+            ``sparse`` is its deprecated name), ``world_model`` (Robometer alone) or ``wmrl`` (anchors +
+            isotonic debiasing + fusion). It presets ``corrector``.
         steps: training steps (each: roll out, score, correct, update).
         group_size: G, rollouts per group; a group is G rollouts from ONE (task, initial state).
         groups_per_step: groups per step, each a distinct (task, initial state), tasks in rotation.
+        learning_rate: AdamW's learning rate of the PPO update.
         seed: base seed of group choice, episode seeds, timestep sampling and shuffling.
-        policy, lora, env, ppo: see their classes.
+        lora: adapters on the LLM (``enabled=false`` fine-tunes the projector and the LLM fully; the
+            vision towers stay frozen).
+        policy: the VLA.
+        env: the simulator.
+        ppo: the policy update.
         world_model: the Robometer source (``tiny``, ``local`` = a checkpoint folder, ``http`` = its server).
-        score_world_model_in_sparse: also run Robometer in ``sparse`` mode (diagnostics only; it then
-            costs its compute for nothing the update uses).
-        corrector: the corrector configuration the mode's preset is applied on.
-        checkpoint_every: steps between checkpoints (the last step always writes one).
-        keep_checkpoints: checkpoints kept on disk (older ones are deleted; the final policy stays).
-        tensorboard: also write TensorBoard event files.
-        torch_threads: torch intra-op threads (``None``: torch's default). On a small, shared CPU one
+        world_model_in_real: also run Robometer in ``real`` mode (diagnostics only; it then costs its
+            compute for nothing the update uses).
+        torch_threads: torch intra-op threads (``null``: torch's default). On a small, shared CPU one
             thread is much faster than oversubscribed ones.
     """
 
-    mode: Mode = "wmrl"
+    resumable: ClassVar[tuple[str, ...]] = ("torch_threads",)
+
     steps: int = 2000
     group_size: int = 8
     groups_per_step: int = 10
-    seed: int = 0
+    lora: LoraConfig = field(default_factory=_lora)
+    checkpoint: CheckpointConfig = field(default_factory=_checkpoint)
     policy: PolicySpec = field(default_factory=PolicySpec)
-    lora: LoraSpec = field(default_factory=LoraSpec)
     env: EnvSpec = field(default_factory=EnvSpec)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     world_model: RobometerSourceConfig = field(default_factory=_tiny_world_model)
-    score_world_model_in_sparse: bool = False
-    corrector: CorrectorConfig = field(default_factory=CorrectorConfig)
-    checkpoint_every: int = 20
-    keep_checkpoints: int = 2
-    tensorboard: bool = False
+    world_model_in_real: bool = False
     torch_threads: int | None = None
 
     def __post_init__(self) -> None:
-        require(self.mode in MODES, f"mode must be one of {sorted(MODES)}; got {self.mode!r}")
-        _positive_int("steps", self.steps)
-        _positive_int("group_size", self.group_size, 2)
-        _positive_int("groups_per_step", self.groups_per_step)
-        _positive_int("seed", self.seed, 0)
-        _positive_int("checkpoint_every", self.checkpoint_every)
-        _positive_int("keep_checkpoints", self.keep_checkpoints)
+        super().__post_init__()
         if self.torch_threads is not None:
             _positive_int("torch_threads", self.torch_threads)
         n_tasks, n_states = len(self.env.task_ids), len(self.env.state_ids)
@@ -307,11 +271,6 @@ class EmbodiedTrainConfig:
             f"groups_per_step ({self.groups_per_step}) over {n_tasks} task(s) needs {per_task} distinct initial "
             f"states per task, but only {n_states} are trained on: the groups of one step are distinct",
         )
-        require(
-            self.corrector.advantages.min_graded <= self.group_size,
-            f"corrector.advantages.min_graded ({self.corrector.advantages.min_graded}) exceeds group_size "
-            f"({self.group_size}): no group could ever produce advantages",
-        )
         if self.uses_world_model:
             require(
                 self.world_model.camera == self.env.camera,
@@ -320,17 +279,9 @@ class EmbodiedTrainConfig:
             )
 
     @property
-    def corrector_preset(self) -> str:
-        return MODES[self.mode]
-
-    def resolved_corrector(self) -> CorrectorConfig:
-        """The corrector configuration in force: the mode's preset applied on ``corrector``."""
-        return CorrectorConfig.preset(self.corrector_preset, self.corrector)
-
-    @property
     def uses_world_model(self) -> bool:
-        """Whether Robometer is loaded and run (always, except ``sparse`` without diagnostics)."""
-        return self.mode != "sparse" or self.score_world_model_in_sparse
+        """Whether Robometer is loaded and run (always, except ``real`` without diagnostics)."""
+        return self.mode is not Mode.REAL or self.world_model_in_real
 
     @property
     def uses_tiny_models(self) -> bool:
@@ -338,9 +289,6 @@ class EmbodiedTrainConfig:
 
     def replace(self, **changes: Any) -> EmbodiedTrainConfig:
         return replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return to_dict(self)
 
 
 # -- presets -------------------------------------------------------------------------------------------
@@ -353,6 +301,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "group_size": 2,
         "groups_per_step": 1,
         "policy": {"source": "tiny"},
+        "learning_rate": 1e-3,
         "lora": {"enabled": True, "r": 4, "alpha": 8},
         "env": {
             "suite": "libero_10",
@@ -367,7 +316,6 @@ PRESETS: dict[str, dict[str, Any]] = {
             "minibatch_size": 8,
             "microbatch_size": 8,
             "timesteps_per_episode": 8,
-            "lr": 1e-3,
         },
         "world_model": {"backend": "tiny"},
         # One group per step: with the default floor of one anchor group per step every group would be
@@ -378,27 +326,12 @@ PRESETS: dict[str, dict[str, Any]] = {
             "debias": {"min_pairs": 2},
             "fusion": {"min_groups": 1},
         },
-        "checkpoint_every": 1,
-        "keep_checkpoints": 2,
+        "checkpoint": {"every": 1, "keep": 2},
+        "logging": {"report_to": []},
         "torch_threads": 1,
     },
 }
 """Named configurations for ``--config NAME``, as plain data over the defaults."""
-
-
-def _read_file(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        raise ConfigError(f"config file {path} does not exist")
-    text = path.read_text()
-    if path.suffix == ".toml":
-        import tomllib
-
-        return tomllib.loads(text)
-    if path.suffix == ".json":
-        import json
-
-        return json.loads(text)
-    raise ConfigError(f"config file {path} must be .json or .toml")
 
 
 def load_train_config(
@@ -407,28 +340,11 @@ def load_train_config(
     """Build the training config from a preset name, a file or a dict, then ``key=value`` overrides.
 
     Args:
-        config: ``None`` (defaults), a name in :data:`PRESETS` (``"smoke"``), a ``.json``/``.toml``
+        config: ``None`` (defaults), a name in :data:`PRESETS` (``"smoke"``), a ``.yaml``/``.json``/``.toml``
             file (for example a run's ``config.json``) or a mapping.
-        overrides: ``a.b=value`` strings, values parsed as JSON where they parse
-            (``env.tasks=[0,1]``, ``ppo.lr=3e-5``, ``mode=sparse``).
+        overrides: ``a.b=value`` strings (``env.tasks=[0,1]``, ``learning_rate=3e-5``, ``mode=real``).
 
     Raises:
         ConfigError: unknown preset/file, unknown key, wrong type or a broken rule (named).
     """
-    if config is None:
-        data: dict[str, Any] = {}
-    elif isinstance(config, Mapping):
-        data = dict(config)
-    elif str(config) in PRESETS:
-        data = PRESETS[str(config)]
-    else:
-        path = Path(config)
-        if not path.suffix:
-            raise ConfigError(
-                f"--config {config!r} is neither a preset ({sorted(PRESETS)}) nor a .json/.toml file"
-            )
-        data = _read_file(path)
-    base = from_dict(EmbodiedTrainConfig, data)
-    if not overrides:
-        return base
-    return from_dict(EmbodiedTrainConfig, apply_overrides(to_dict(base), overrides))
+    return load_config(EmbodiedTrainConfig, config, overrides, PRESETS)

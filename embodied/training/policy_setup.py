@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from wmrl.embodied.training.config import LoraSpec, PolicySpec
+from wmrl.core.train_config import LoraConfig
+from wmrl.embodied.training.config import PolicySpec
 from wmrl.embodied.training.update import LogProbFn
 
 __all__ = ["build_policy", "make_reference"]
@@ -55,7 +56,7 @@ def _merge_saved_adapters(policy: Any) -> Any:
     return fresh
 
 
-def build_policy(spec: PolicySpec, lora: LoraSpec, image_key: str) -> Any:
+def build_policy(spec: PolicySpec, lora: LoraConfig, image_key: str) -> Any:
     """The MiniVLA policy to train, with LoRA applied (or projector + LLM trainable without LoRA).
 
     Args:
@@ -87,14 +88,14 @@ def build_policy(spec: PolicySpec, lora: LoraSpec, image_key: str) -> Any:
                 "(minivla.json) nor a Prismatic run directory (checkpoints/step-*.pt)"
             )
     if lora.enabled:
-        policy.apply_lora(r=lora.r, alpha=lora.alpha, targets=lora.targets, dropout=lora.dropout)
+        policy.apply_lora(r=lora.r, alpha=lora.alpha, targets=lora.target_modules, dropout=lora.dropout)
     else:
         policy.set_trainable(vision=False, projector=True, llm=True)
     policy.eval()
     return policy
 
 
-def make_reference(policy: Any, lora: LoraSpec) -> LogProbFn:
+def make_reference(policy: Any, lora: LoraConfig) -> LogProbFn:
     """Log-probabilities under the policy as it was before training (see the module docstring)."""
     if lora.enabled:
         llm = policy.model.llm

@@ -1,47 +1,14 @@
-"""What a training run leaves behind besides metrics: ``cost_report.json`` and ``plots/training.png``."""
+"""``plots/training.png``: what an embodied training run looks like over its steps."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-
-from wmrl.core.ledger import CostLedger
 from wmrl.core.runlog import read_metrics
-from wmrl.embodied.training.config import EmbodiedTrainConfig
 
-__all__ = ["cost_report", "plot_training"]
+__all__ = ["plot_training"]
 
 _TIME_KEYS = ("time/step_s", "time/rollout_s", "time/scoring_s", "time/update_s", "time/checkpoint_s")
-
-
-def cost_report(run_dir: str | Path, ledger: CostLedger, config: EmbodiedTrainConfig) -> dict[str, Any]:
-    """The ledger's report plus what it means in this domain and the mean time of a step's phases."""
-    from wmrl.embodied.training.trainer import ACCOUNTING_NOTE
-
-    rows = read_metrics(run_dir)
-    per_step = {}
-    for key in _TIME_KEYS:
-        values = [r[key] for r in rows if r.get(key) is not None]
-        per_step[key.removeprefix("time/")] = float(np.mean(values)) if values else None
-    episodes = int(sum(r.get("rollout/episodes") or 0 for r in rows))
-    env_steps = float(
-        sum((r.get("rollout/episodes") or 0) * (r.get("rollout/episode_steps_mean") or 0) for r in rows)
-    )
-    report = ledger.report()
-    report.update(
-        {
-            "mode": config.mode,
-            "corrector_preset": config.corrector_preset,
-            "steps_logged": len(rows),
-            "episodes": episodes,
-            "policy_steps": round(env_steps),
-            "mean_step_seconds": per_step,
-            "accounting": ACCOUNTING_NOTE,
-        }
-    )
-    return report
 
 
 def plot_training(run_dir: str | Path) -> Path | None:
@@ -58,7 +25,7 @@ def plot_training(run_dir: str | Path) -> Path | None:
     panels = (
         (
             "success and reward",
-            ("rollout/success_rate", "reward/robometer_reward_mean", "reward/corrected_reward_mean"),
+            ("rollout/success_rate", "reward/world_model_mean", "reward/corrected_mean"),
         ),
         ("PPO loss", ("ppo/loss", "ppo/policy_loss")),
         ("clip fraction", ("ppo/clip_fraction", "ppo/clip_fraction_last_epoch")),

@@ -1,40 +1,39 @@
-"""GRPO for VLA policies on LIBERO, corrected by WMRL: the training loop behind ``wmrl train embodied``.
+"""GRPO for VLA policies on LIBERO, corrected by WMRL: the embodied domain on the core loop trainer.
 
-One training step:
+The loop (:class:`wmrl.core.loop.LoopTrainer`) and the reward side
+(:class:`wmrl.core.pipeline.RewardPipeline`) are every domain's; this module supplies what only a
+VLA on a simulator knows (:class:`LiberoDomain`):
 
-1. **groups** (:mod:`groups`): ``groups_per_step`` distinct (task, in-domain initial state) pairs;
-2. **rollouts** (ledger ``generation``): G episodes per group with the current policy, sampling at
-   ``policy.temperature``; every step's action tokens and behaviour log-probabilities are recorded,
-   plus the observations of the timesteps the update will use and, for Robometer, the camera frames;
-3. **scoring**: ``corrector.plan`` picks the anchor groups (outcome-blind); Robometer grades every
-   episode (ledger ``world_model``), the simulator's success flag grades the anchor groups' episodes
-   (ledger ``anchor``), ``corrector.correct`` calibrates, fuses and returns per-episode advantages
-   (NaN = no advantage);
-4. **update** (ledger ``update``, :mod:`update`): PPO-clip epochs on the action tokens;
-5. **log** ``metrics.jsonl`` (and TensorBoard), and **checkpoint** every ``checkpoint_every`` steps.
+1. **groups** (:mod:`.groups`): ``groups_per_step`` distinct (task, in-domain initial state) pairs;
+2. **rollouts**: G episodes per group with the current policy, sampling at ``policy.temperature``;
+   every step's action tokens and behaviour log-probabilities are recorded, plus the observations of
+   the timesteps the update will use and the camera frames a reward source reads
+   (``RolloutNeeds.frames``: Robometer's window, cut as each episode ends);
+3. the pipeline grades: the world model (Robometer by default) every episode, the anchor (the
+   simulator's success flag by default) the anchor groups' episodes; both are constructor arguments;
+4. **update** (:mod:`.update`): PPO-clip epochs on the action tokens;
+5. checkpoints hold the policy folder, ``optimizer.pt`` and ``rng.pt`` beside the shared files.
 
-The mode (``sparse`` / ``world_model`` / ``wmrl``) only chooses the corrector preset.
+:class:`EmbodiedTrainer` puts the two together for ``wmrl train embodied`` and for scripts that
+drive steps themselves (``learn`` takes episodes rolled out elsewhere).
 """
 
 from __future__ import annotations
 
-import json
-import sys
-import time
-import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from wmrl.core.config import to_dict
-from wmrl.core.corrector import Correction, Corrector
 from wmrl.core.ledger import CostLedger
-from wmrl.core.runlog import RunWriter, plot_run
-from wmrl.core.sources import collect_grades
+from wmrl.core.loop import LoopStep, LoopTrainer
+from wmrl.core.pipeline import RewardPipeline, StepResult
+from wmrl.core.rollouts import Group, needs_of
+from wmrl.core.rundir import RunDirectory
+from wmrl.core.runlog import read_metrics, write_json_atomic
+from wmrl.core.sources import RewardSource
 from wmrl.embodied.env.config import LiberoEnvConfig
 from wmrl.embodied.rollout.records import EpisodeRecord
 from wmrl.embodied.training.batch import (
@@ -43,18 +42,12 @@ from wmrl.embodied.training.batch import (
     keep_frame_window,
     prune_observations,
 )
-from wmrl.embodied.training.checkpoint import latest_checkpoint, save_checkpoint
 from wmrl.embodied.training.config import EmbodiedTrainConfig
 from wmrl.embodied.training.groups import GroupSpec, choose_groups, episode_specs, group_records
 from wmrl.embodied.training.policy_setup import build_policy, make_reference
 from wmrl.embodied.training.update import PPOUpdater
 
-__all__ = ["RESUMABLE_CHANGES", "EmbodiedTrainer", "StepResult", "train"]
-
-RESUMABLE_CHANGES = frozenset(
-    {"steps", "checkpoint_every", "keep_checkpoints", "tensorboard", "torch_threads"}
-)
-"""Top-level config keys a resumed run may change; anything else would make it a different run."""
+__all__ = ["ACCOUNTING_NOTE", "EmbodiedTrainer", "LiberoDomain", "run_from_cli", "train"]
 
 ACCOUNTING_NOTE = (
     "Streams: generation = the rollouts (simulator + policy sampling) of every episode; world_model = "
@@ -68,19 +61,7 @@ ACCOUNTING_NOTE = (
     "compute saving exists only where the success label itself costs (a real robot with a person or a "
     "detector judging each episode)."
 )
-
-
-@dataclass
-class StepResult:
-    """What one training step produced (for callers that drive :meth:`EmbodiedTrainer.train_step`).
-
-    ``records`` are the step's episodes, group-major, with their frames and observations released.
-    """
-
-    groups: list[GroupSpec]
-    records: list[EpisodeRecord]
-    correction: Correction
-    metrics: dict[str, Any]
+_TIME_KEYS = ("time/step_s", "time/rollout_s", "time/scoring_s", "time/update_s", "time/checkpoint_s")
 
 
 def _nanmean(values: np.ndarray) -> float | None:
@@ -88,116 +69,33 @@ def _nanmean(values: np.ndarray) -> float | None:
     return float(finite.mean()) if finite.size else None
 
 
-class EmbodiedTrainer:
-    """Owns the policy, the reward sources, the corrector, the optimiser, the ledger and the run directory.
+class LiberoDomain:
+    """A VLA policy on LIBERO, for :class:`~wmrl.core.loop.LoopTrainer` (see the module docstring).
 
     Args:
-        config: the validated training config.
-        out_dir: the run directory (``config.json``, ``metrics.jsonl``, ``checkpoints/``, ``plots/``, ...).
-        resume: continue from the newest checkpoint in ``out_dir`` (a fresh start when there is none).
-            Without it, a directory that already holds checkpoints is refused.
-        progress: show a tqdm bar over training steps.
-
-    Use :meth:`run` for the whole loop, or :meth:`train_step` step by step; :meth:`close` ends the
-    simulator workers and the log.
+        config: the training config.
+        sources: the reward sources the pipeline calls; their ``needs`` decide which frames are kept.
     """
 
-    def __init__(
-        self, config: EmbodiedTrainConfig, out_dir: str | Path, *, resume: bool = False, progress: bool = True
-    ) -> None:
+    def __init__(self, config: EmbodiedTrainConfig, sources: Sequence[RewardSource | None]) -> None:
         self.config = config
-        self.run_dir = Path(out_dir)
-        self.progress = progress
         if config.torch_threads is not None:
             torch.set_num_threads(config.torch_threads)
-        checkpoint = latest_checkpoint(self.run_dir)
-        if checkpoint is not None and not resume:
-            raise FileExistsError(
-                f"{self.run_dir} already holds checkpoints (newest: step {checkpoint.step}); "
-                "resume it (--resume) or choose another --out"
-            )
-        if checkpoint is not None:
-            self._check_resumable(checkpoint.trainer_state()["config"])
-        metrics = self.run_dir / "metrics.jsonl"
-        if checkpoint is None and metrics.exists() and metrics.stat().st_size > 0:
-            if not resume:
-                raise FileExistsError(
-                    f"{self.run_dir} holds the metrics of a run that never wrote a checkpoint; restart it "
-                    "from step 0 with --resume, or choose another --out"
-                )
-            metrics.write_text("")  # nothing to continue from: start the log over with the run
-        if config.uses_tiny_models:
-            warnings.warn(
-                "training with a tiny random-initialised model (policy.source=tiny or world_model.backend=tiny): "
-                "this exercises the pipeline only; it does not train a useful policy",
-                stacklevel=2,
-            )
-
         camera = config.env.camera
         self.policy = build_policy(config.policy, config.lora, image_key=f"{camera}_image")
         reference = make_reference(self.policy, config.lora) if config.ppo.kl_beta > 0 else None
-        self.updater = PPOUpdater(self.policy, config.ppo, reference)
-        self.world_model = None
-        if config.uses_world_model:
-            from wmrl.embodied.sources import make_robometer_source
-
-            self.world_model = make_robometer_source(config.world_model)
-        from wmrl.embodied.sources import SparseSuccessSource
-
-        self.anchor = SparseSuccessSource()
-        on_gpu = 1.0 if str(config.policy.device).startswith("cuda") else 0.0
-        wm_gpu = (
-            1.0 if self.world_model is not None and str(config.world_model.device).startswith("cuda") else 0.0
-        )
-        self.ledger = CostLedger(
-            {"generation": on_gpu, "update": on_gpu, "world_model": wm_gpu, "anchor": 0.0}
-        )
-        self.corrector = Corrector(config.resolved_corrector())
-        self.step = 0
-        if checkpoint is not None:
-            self._restore(checkpoint)
-        self.writer = RunWriter(self.run_dir, config=config.to_dict(), tensorboard=config.tensorboard)
-        self.writer.write_json("resolved.json", self.resolved())
+        self.updater = PPOUpdater(self.policy, config.ppo, reference, learning_rate=config.learning_rate)
+        # the frames the sources read: the most any of them asks for, from the rendered camera
+        needs = [needs_of(s) for s in sources if s is not None]
+        self.frames = max((n.frames for n in needs), default=0)
+        cameras = {n.camera for n in needs if n.frames and n.camera is not None}
+        if cameras - {camera}:
+            raise ValueError(
+                f"a reward source reads frames from {sorted(cameras)}, but env.camera is {camera!r}"
+            )
         self._runner = None
-        self._last_checkpoint_step = self.step if checkpoint is not None else None
 
-    # -- set-up ------------------------------------------------------------------------------------------
-    def _check_resumable(self, saved: dict[str, Any]) -> None:
-        current = self.config.to_dict()
-        differs = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
-        blocked = [k for k in differs if k not in RESUMABLE_CHANGES]
-        if blocked:
-            raise ValueError(
-                f"cannot resume {self.run_dir}: the config differs from the checkpoint's in {blocked} "
-                f"(a resumed run may only change {sorted(RESUMABLE_CHANGES)})"
-            )
-
-    def _restore(self, checkpoint) -> None:
-        self.policy.load(checkpoint.policy_dir)
-        self.policy.eval()
-        self.updater.load_state_dict(checkpoint.optimizer_state())
-        restored = Corrector.load(checkpoint.path / "corrector.json")
-        if restored.config != self.corrector.config:
-            raise ValueError(
-                f"{checkpoint.path}: the saved corrector was configured differently from this run"
-            )
-        self.corrector = restored
-        self.ledger.load_state_dict(json.loads((checkpoint.path / "ledger.json").read_text()))
-        rng = checkpoint.rng_state()
-        torch.set_rng_state(rng["torch"])
-        if "cuda" in rng and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
-        self.step = checkpoint.step
-        # Steps logged after this checkpoint (a crash later) are redone: drop their lines.
-        metrics = self.run_dir / "metrics.jsonl"
-        if metrics.exists():
-            kept = [
-                line
-                for line in metrics.read_text().splitlines()
-                if line.strip() and json.loads(line)["step"] < self.step
-            ]
-            metrics.write_text("".join(line + "\n" for line in kept))
-
+    # -- the simulator ---------------------------------------------------------------------------
     def env_config(self) -> LiberoEnvConfig:
         env = self.config.env
         return LiberoEnvConfig(
@@ -210,21 +108,6 @@ class EmbodiedTrainer:
             settle_steps=env.settle_steps,
             hard_reset=env.hard_reset,
         )
-
-    def resolved(self) -> dict[str, Any]:
-        """What the config resolves to (written to ``resolved.json``)."""
-        return {
-            "corrector_preset": self.config.corrector_preset,
-            "corrector": to_dict(self.config.resolved_corrector()),
-            "tasks": list(self.config.env.task_ids),
-            "train_states": list(self.config.env.state_ids),
-            "max_episode_steps": self.env_config().episode_max_steps,
-            "policy_trainable_parameters": int(sum(p.numel() for p in self.updater.params)),
-            "policy_lora": self.policy.lora,
-            "world_model": None
-            if self.world_model is None
-            else getattr(self.world_model.backend, "name", "?"),
-        }
 
     @property
     def runner(self):
@@ -243,198 +126,252 @@ class EmbodiedTrainer:
             )
         return self._runner
 
-    # -- one step -----------------------------------------------------------------------------------------
-    def collect(self, groups: list[GroupSpec]) -> list[EpisodeRecord]:
-        """Roll out G episodes per group with the current policy (ledger: generation)."""
+    # -- LoopDomain ------------------------------------------------------------------------------
+    def groups(self, step: int) -> list[GroupSpec]:
+        """The groups of ``step`` (a pure function of the seed and the step)."""
         cfg = self.config
-        specs = episode_specs(
-            groups, cfg.group_size, self.step, cfg.seed, record_frames=self.world_model is not None
-        )
+        return choose_groups(step, cfg.env.task_ids, cfg.env.state_ids, cfg.groups_per_step, cfg.seed)
+
+    def rollout(self, groups: Sequence[GroupSpec], step: int) -> list[Group]:
+        """G episodes per group with the current policy, keeping only what the update and the sources read."""
+        cfg = self.config
+        specs = episode_specs(groups, cfg.group_size, step, cfg.seed, record_frames=self.frames > 0)
         position = {id(s): i for i, s in enumerate(specs)}
 
         def keep_what_is_used(record: EpisodeRecord) -> None:
-            # Runs as each episode ends, so a step holds only what the update and Robometer will read:
-            # the observations of the chosen timesteps, and Robometer's window of frames (the same
-            # frames the source would subsample, so its scores are unchanged).
+            # Runs as each episode ends: the observations of the chosen timesteps, and the window of
+            # frames the sources read (the frames they would subsample, so their scores are unchanged).
             i = position[id(record.spec)]
-            keep = choose_timesteps(record.steps, cfg.ppo.timesteps_per_episode, cfg.seed, self.step, i)
-            prune_observations(record, keep)
-            if self.world_model is not None:
-                keep_frame_window(record, cfg.env.camera, self.world_model.num_frames)
+            prune_observations(
+                record, choose_timesteps(record.steps, cfg.ppo.timesteps_per_episode, cfg.seed, step, i)
+            )
+            if self.frames:
+                keep_frame_window(record, cfg.env.camera, self.frames)
 
-        with self.ledger.measure("generation", items=len(specs)):
-            records = self.runner.run(self.policy, specs, progress=keep_what_is_used)
-        return records
+        records = self.runner.run(self.policy, specs, progress=keep_what_is_used)
+        return self.as_groups(groups, records)
 
-    def score(self, groups: list[GroupSpec], records: list[EpisodeRecord]) -> tuple[Correction, np.ndarray]:
-        """Plan anchors, grade with Robometer and the success flag, correct. Returns (correction, wm scores)."""
-        g_size = self.config.group_size
-        members = group_records(records, groups, g_size)
-        keys = [g.key for g in groups]
-        tasks = [g.task_key for g in groups]
-        wm = np.full((len(groups), g_size), np.nan)
-        active = self.corrector.config.scheduler.active_share > 0
+    def as_groups(self, groups: Sequence[GroupSpec], records: Sequence[EpisodeRecord]) -> list[Group]:
+        """Group-major episodes as the pipeline's groups (checked to belong to their (task, state))."""
+        members = group_records(records, groups, self.config.group_size)
+        return [Group(key=g.key, items=m, task=g.task_key) for g, m in zip(groups, members, strict=True)]
 
-        def grade_world_model() -> None:
-            if self.world_model is None:
-                return
-            with self.ledger.measure("world_model", items=len(records)):
-                grades = collect_grades(self.world_model, records)
-            wm[:] = np.array([np.nan if g.value is None else g.value for g in grades]).reshape(wm.shape)
-
-        if active:  # the active scheduler reads the world model's scores to choose anchors
-            grade_world_model()
-            plan = self.corrector.plan(keys, tasks, wm)
-        else:
-            plan = self.corrector.plan(keys, tasks)
-            grade_world_model()
-        real = np.full_like(wm, np.nan)
-        anchor_items = [r for i in plan.anchor_indices for r in members[i]]
-        if anchor_items:
-            with self.ledger.measure("anchor", items=len(anchor_items)):
-                grades = collect_grades(self.anchor, anchor_items)
-            values = [np.nan if g.value is None else g.value for g in grades]
-            for j, i in enumerate(plan.anchor_indices):
-                real[i] = values[j * g_size : (j + 1) * g_size]
-        self.ledger.count_rollouts(len(records))
-        return self.corrector.correct(plan, wm, real), wm
-
-    def step_groups(self) -> list[GroupSpec]:
-        """The groups of the current step (a pure function of the seed and the step)."""
+    def update(self, batch: list[Group], result: StepResult, step: int) -> Mapping[str, float | None]:
+        """PPO epochs on this step's episodes with the corrected advantages."""
         cfg = self.config
-        return choose_groups(self.step, cfg.env.task_ids, cfg.env.state_ids, cfg.groups_per_step, cfg.seed)
-
-    def train_step(self) -> StepResult:
-        """Run one training step in the simulator; log and (when due) checkpoint it."""
-        t0 = time.perf_counter()
-        groups = self.step_groups()
-        records = self.collect(groups)
-        return self.learn(groups, records, t0)
-
-    def learn(
-        self, groups: list[GroupSpec], records: list[EpisodeRecord], t0: float | None = None
-    ) -> StepResult:
-        """Score, correct and update on this step's episodes (group-major), then log and checkpoint.
-
-        ``t0`` is when the step started (its rollouts included); ``None`` = now.
-        """
-        cfg = self.config
-        t_rollout = time.perf_counter()
-        t0 = t_rollout if t0 is None else t0
-        correction, wm = self.score(groups, records)
+        records = [r for g in batch for r in g.items]
         for r in records:
             r.frames = {}  # graded: the frames are not needed any more
-        t_score = time.perf_counter()
-        advantages = correction.advantages.reshape(-1)
+        advantages = result.advantages.reshape(-1)
         timesteps = [
-            choose_timesteps(r.steps, cfg.ppo.timesteps_per_episode, cfg.seed, self.step, i)
+            choose_timesteps(r.steps, cfg.ppo.timesteps_per_episode, cfg.seed, step, i)
             for i, r in enumerate(records)
         ]
-        batch = build_samples(
+        samples = build_samples(
             records,
             advantages,
             timesteps,
             drop_zero_advantage=cfg.ppo.drop_zero_advantage and cfg.ppo.kl_beta == 0,
         )
-        with self.ledger.measure("update", items=len(batch)):
-            ppo = self.updater.update(batch, self.step, cfg.seed)
-        t_update = time.perf_counter()
+        metrics = self.updater.update(samples, step, cfg.seed)
         for r in records:
             r.observations = None
+        return metrics
 
+    def metrics(self, batch: list[Group], result: StepResult) -> Mapping[str, float | None]:
+        records = [r for g in batch for r in g.items]
         success = np.array([r.success for r in records], dtype=float)
-        metrics: dict[str, Any] = dict(correction.metrics)
-        metrics.update(
-            {
-                "rollout/episodes": float(len(records)),
-                "rollout/success_rate": float(success.mean()),
-                "rollout/episode_steps_mean": float(np.mean([r.steps for r in records])),
-                "rollout/truncated_rate": float(np.mean([r.truncated for r in records])),
-                "rollout/policy_s": float(sum(r.policy_s for r in records)),
-                "reward/robometer_reward_mean": _nanmean(wm),
-                "reward/corrected_reward_mean": _nanmean(correction.rewards),
-                "reward/advantage_masked": float(np.isnan(advantages).mean()),
-            }
+        return {
+            "rollout/episodes": float(len(records)),
+            "rollout/success_rate": float(success.mean()),
+            "rollout/episode_steps_mean": float(np.mean([r.steps for r in records])),
+            "rollout/truncated_rate": float(np.mean([r.truncated for r in records])),
+            "rollout/policy_s": float(sum(r.policy_s for r in records)),
+        }
+
+    def completion_columns(self, batch: list[Group]) -> Mapping[str, Sequence[Any]]:
+        records = [r for g in batch for r in g.items]
+        return {
+            "init_state": [r.spec.init_state for r in records],
+            "success": [bool(r.success) for r in records],
+            "episode_steps": [int(r.steps) for r in records],
+        }
+
+    def save(self, folder: Path) -> None:
+        self.policy.save(folder / "policy")
+        torch.save(self.updater.state_dict(), folder / "optimizer.pt")
+        rng = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        torch.save(rng, folder / "rng.pt")
+
+    def load(self, folder: Path) -> None:
+        self.policy.load(folder / "policy")
+        self.policy.eval()
+        self.updater.load_state_dict(
+            torch.load(folder / "optimizer.pt", map_location="cpu", weights_only=True)
         )
-        metrics.update(ppo)
-        metrics.update(
-            {
-                "time/rollout_s": t_rollout - t0,
-                "time/scoring_s": t_score - t_rollout,
-                "time/update_s": t_update - t_score,
-            }
+        rng = torch.load(folder / "rng.pt", map_location="cpu", weights_only=True)
+        torch.set_rng_state(rng["torch"])
+        if "cuda" in rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+
+    def report(self, run_dir: Path) -> dict[str, Any]:
+        """The domain's part of ``cost_report.json`` (and ``plots/training.png``)."""
+        from wmrl.embodied.training.report import plot_training
+
+        rows = read_metrics(run_dir)
+        per_step = {}
+        for key in _TIME_KEYS:
+            values = [r[key] for r in rows if r.get(key) is not None]
+            per_step[key.removeprefix("time/")] = float(np.mean(values)) if values else None
+        episodes = int(sum(r.get("rollout/episodes") or 0 for r in rows))
+        env_steps = float(
+            sum((r.get("rollout/episodes") or 0) * (r.get("rollout/episode_steps_mean") or 0) for r in rows)
         )
-        self.step += 1
-        t_ckpt = time.perf_counter()
-        if self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps:
-            self.save_checkpoint()
-        metrics["time/checkpoint_s"] = time.perf_counter() - t_ckpt
-        metrics["time/step_s"] = time.perf_counter() - t0
-        self.writer.log(self.step - 1, metrics)
-        return StepResult(groups, records, correction, metrics)
-
-    def save_checkpoint(self):
-        ckpt = save_checkpoint(
-            self.run_dir,
-            self.step,
-            self.policy,
-            self.updater.state_dict(),
-            self.corrector,
-            self.ledger,
-            self.config.to_dict(),
-            keep=self.config.keep_checkpoints,
-        )
-        self._last_checkpoint_step = self.step
-        return ckpt
-
-    # -- the loop -----------------------------------------------------------------------------------------
-    def run(self, on_step: Callable[[StepResult], None] | None = None) -> dict[str, Any]:
-        """Train up to ``config.steps``, then write plots and ``cost_report.json``; returns the cost report."""
-        from tqdm import tqdm
-
-        cfg = self.config
-        bar = tqdm(
-            total=cfg.steps,
-            initial=self.step,
-            desc=f"train embodied ({cfg.mode})",
-            unit="step",
-            disable=not self.progress,
-            file=sys.stderr,
-            dynamic_ncols=True,
-        )
-        try:
-            while self.step < cfg.steps:
-                result = self.train_step()
-                m = result.metrics
-                bar.set_postfix(
-                    success=f"{100 * m['rollout/success_rate']:.0f}%",
-                    loss="-" if m["ppo/loss"] is None else f"{m['ppo/loss']:.3g}",
-                    step_s=f"{m['time/step_s']:.1f}",
-                )
-                bar.update(1)
-                if on_step is not None:
-                    on_step(result)
-            if self._last_checkpoint_step != self.step:
-                self.save_checkpoint()
-        finally:
-            bar.close()
-        return self.finish()
-
-    def finish(self) -> dict[str, Any]:
-        """Write the plots and ``cost_report.json``; returns the cost report."""
-        from wmrl.embodied.training.report import cost_report, plot_training
-
-        plot_run(self.run_dir, self.corrector.debiaser)
-        plot_training(self.run_dir)
-        report = cost_report(self.run_dir, self.ledger, self.config)
-        self.writer.write_json("cost_report.json", report)
-        return report
+        if self.config.logging.plots:
+            plot_training(run_dir)
+        return {
+            "episodes": episodes,
+            "policy_steps": round(env_steps),
+            "mean_step_seconds": per_step,
+            "accounting": ACCOUNTING_NOTE,
+        }
 
     def close(self) -> None:
         if self._runner is not None:
             self._runner.close()
             self._runner = None
-        self.writer.close()
+
+
+class EmbodiedTrainer:
+    """The embodied domain on the loop trainer: ``wmrl train embodied`` and step-by-step driving.
+
+    Args:
+        config: the validated training config.
+        out_dir: the run directory, or a :class:`~wmrl.core.rundir.RunDirectory`.
+        resume: continue from the newest checkpoint in ``out_dir`` (a run without one restarts).
+        progress: a progress bar over steps.
+        world_model: the world-model source (default: Robometer as ``config.world_model`` says, when the
+            mode uses one).
+        anchor: the real-signal source (default: the simulator's sparse success flag).
+
+    Use :meth:`run` for the whole loop, or :meth:`train_step` / :meth:`learn` step by step;
+    :meth:`close` ends the simulator workers and the log.
+    """
+
+    def __init__(
+        self,
+        config: EmbodiedTrainConfig,
+        out_dir: str | Path | RunDirectory,
+        *,
+        resume: bool = False,
+        progress: bool = True,
+        world_model: RewardSource | None = None,
+        anchor: RewardSource | None = None,
+    ) -> None:
+        import warnings
+
+        self.config = config
+        run_dir = (
+            out_dir
+            if isinstance(out_dir, RunDirectory)
+            else RunDirectory(Path(out_dir), resume=resume, command="wmrl train embodied")
+        )
+        if world_model is None and config.uses_world_model:
+            from wmrl.embodied.sources import make_robometer_source
+
+            world_model = make_robometer_source(config.world_model)
+        if anchor is None:
+            from wmrl.embodied.sources import SparseSuccessSource
+
+            anchor = SparseSuccessSource()
+        if config.uses_tiny_models:
+            warnings.warn(
+                "training with a tiny random-initialised model (policy.source=tiny or world_model.backend=tiny): "
+                "this exercises the pipeline only; it does not train a useful policy",
+                stacklevel=2,
+            )
+        self.domain = LiberoDomain(config, [world_model if config.uses_world_model else None, anchor])
+        on_gpu = 1.0 if str(config.policy.device).startswith("cuda") else 0.0
+        wm_gpu = 1.0 if world_model is not None and str(config.world_model.device).startswith("cuda") else 0.0
+        ledger = CostLedger({"generation": on_gpu, "update": on_gpu, "world_model": wm_gpu, "anchor": 0.0})
+        self.pipeline = RewardPipeline(
+            world_model,
+            anchor,
+            mode=config.mode,
+            corrector=config.corrector,
+            ledger=ledger,
+            world_model_in_real=config.world_model_in_real,
+        )
+        self.loop = LoopTrainer(
+            self.domain,
+            self.pipeline,
+            config,
+            run_dir,
+            progress=progress,
+            details=lambda: self.domain.report(run_dir.path),
+            device=config.policy.device,
+        )
+        write_json_atomic(run_dir.path / "resolved.json", self.resolved())
+
+    # -- what the run is ---------------------------------------------------------------------------
+    @property
+    def step(self) -> int:
+        return self.loop.step
+
+    @property
+    def policy(self):
+        return self.domain.policy
+
+    @property
+    def corrector(self):
+        return self.pipeline.corrector
+
+    @property
+    def ledger(self) -> CostLedger:
+        return self.pipeline.ledger
+
+    @property
+    def world_model(self) -> RewardSource | None:
+        return self.pipeline.world_model
+
+    @property
+    def run_dir(self) -> Path:
+        return self.loop.run_dir.path
+
+    def resolved(self) -> dict[str, Any]:
+        """What the config resolves to beyond itself (written to ``resolved.json``)."""
+        return {
+            "tasks": list(self.config.env.task_ids),
+            "train_states": list(self.config.env.state_ids),
+            "max_episode_steps": self.domain.env_config().episode_max_steps,
+            "policy_trainable_parameters": int(sum(p.numel() for p in self.domain.updater.params)),
+            "policy_lora": self.policy.lora,
+            "world_model": None if self.world_model is None else getattr(self.world_model, "name", "?"),
+            "frames_kept_per_episode": self.domain.frames,
+        }
+
+    # -- steps ---------------------------------------------------------------------------------------
+    def step_groups(self) -> list[GroupSpec]:
+        """The groups of the current step."""
+        return self.domain.groups(self.step)
+
+    def train_step(self) -> LoopStep:
+        """Roll out, score, correct, update one step in the simulator; log and (when due) checkpoint."""
+        return self.loop.train_step()
+
+    def learn(self, groups: Sequence[GroupSpec], records: Sequence[EpisodeRecord]) -> LoopStep:
+        """Score, correct and update on episodes rolled out elsewhere (group-major), then log and checkpoint."""
+        return self.loop.train_step(batch=self.domain.as_groups(groups, records))
+
+    def run(self) -> dict[str, Any]:
+        """Train up to ``config.steps``; then plots and ``cost_report.json``. Returns the cost report."""
+        return self.loop.run()
+
+    def close(self) -> None:
+        self.domain.close()
+        self.loop.close()
 
     def __enter__(self) -> EmbodiedTrainer:
         return self
@@ -444,8 +381,24 @@ class EmbodiedTrainer:
 
 
 def train(
-    config: EmbodiedTrainConfig, out_dir: str | Path, *, resume: bool = False, progress: bool = True
+    config: EmbodiedTrainConfig,
+    out_dir: str | Path | RunDirectory,
+    *,
+    resume: bool = False,
+    progress: bool = True,
 ) -> dict[str, Any]:
     """Run a whole training (or resume one); returns the cost report."""
     with EmbodiedTrainer(config, out_dir, resume=resume, progress=progress) as trainer:
         return trainer.run()
+
+
+def run_from_cli(config: EmbodiedTrainConfig, run_dir: RunDirectory, *, progress: bool) -> list[str]:
+    """``wmrl train embodied``: train, then the lines to print (see :mod:`wmrl.core.cli_runs`)."""
+    report = train(config, run_dir, progress=progress)
+    spent = report["spent"]
+    return [
+        f"trained {report['steps']} step(s), {report['details']['episodes']} episodes, mode {config.mode.value}; "
+        f"rollouts {spent['generation']['wall_s']:.1f} s, world model {spent['world_model']['wall_s']:.1f} s, "
+        f"update {spent['update']['wall_s']:.1f} s",
+        f"run directory: {run_dir.path} (config.json, metrics.jsonl, plots/, cost_report.json, checkpoints/)",
+    ]

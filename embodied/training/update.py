@@ -41,7 +41,9 @@ class PPOUpdater:
         reference: log-probabilities under the frozen reference policy (needed when ``kl_beta > 0``).
     """
 
-    def __init__(self, policy: Any, config: PPOConfig, reference: LogProbFn | None = None) -> None:
+    def __init__(
+        self, policy: Any, config: PPOConfig, reference: LogProbFn | None = None, learning_rate: float = 1e-4
+    ) -> None:
         self.policy = policy
         self.config = config
         self.reference = reference
@@ -51,7 +53,7 @@ class PPOUpdater:
         if not self.params:
             raise ValueError("the policy has no trainable parameters (apply LoRA or unfreeze a part of it)")
         self.optimizer = torch.optim.AdamW(
-            self.params, lr=config.lr, betas=tuple(config.betas), weight_decay=config.weight_decay
+            self.params, lr=learning_rate, betas=tuple(config.betas), weight_decay=config.weight_decay
         )
 
     def _log_probs(self, fn: LogProbFn, batch: SampleBatch, idx: np.ndarray) -> torch.Tensor:
@@ -135,7 +137,7 @@ class PPOUpdater:
                         if not torch.isfinite(terms.loss.detach()):
                             raise FloatingPointError(
                                 f"the PPO loss became {float(terms.loss.detach())} at step {step}, epoch {epoch}: "
-                                "lower ppo.lr or check the advantages"
+                                "lower learning_rate or check the advantages"
                             )
                         terms.loss.backward()
                         mb_loss += float(terms.loss.detach())

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wmrl.embodied.cli import parse_index_list
+from wmrl.embodied.env.splits import parse_indices
 from wmrl.embodied.env.suites import TaskInfo
 from wmrl.embodied.eval.libero_eval import LiberoEvalConfig, choose_video_episodes, format_summary, make_specs
 from wmrl.embodied.eval.report import build_report
@@ -198,14 +198,12 @@ def test_video_round_trip(tmp_path):
         write_video(tmp_path / "bad.mp4", tiled.astype(np.float32))
 
 
-def test_parse_index_list():
-    import argparse
-
-    assert parse_index_list("0,2,5-7") == (0, 2, 5, 6, 7)
-    assert parse_index_list("3") == (3,)
+def test_parse_indices():
+    assert parse_indices("0,2,5-7") == (0, 2, 5, 6, 7)
+    assert parse_indices("3") == (3,)
     for bad in ("a", "5-3", ","):
-        with pytest.raises(argparse.ArgumentTypeError):
-            parse_index_list(bad)
+        with pytest.raises(ValueError):
+            parse_indices(bad)
 
 
 def test_cli_is_registered_and_rejects_bad_arguments(capsys):

@@ -13,15 +13,16 @@ import torch
 
 from wmrl.core.cli import main
 from wmrl.core.corrector import METRICS
+from wmrl.core.pipeline import CORRECTOR_FILE, LEDGER_FILE
+from wmrl.core.rundir import checkpoint_step, list_checkpoints
 from wmrl.embodied.training import load_train_config
-from wmrl.embodied.training.checkpoint import list_checkpoints
 from wmrl.embodied.training.trainer import train
 
 pytestmark = [pytest.mark.libero, pytest.mark.slow, pytest.mark.peft, pytest.mark.matplotlib]
 
 STEP_KEYS = (
     "rollout/success_rate",
-    "reward/robometer_reward_mean",
+    "reward/world_model_mean",
     "ppo/loss",
     "ppo/clip_fraction",
     "ppo/approx_kl",
@@ -62,7 +63,7 @@ def test_smoke_run_writes_the_run_directory(smoke_run):
         assert (
             row["rollout/episode_steps_mean"] == config.env.max_episode_steps
         )  # a random policy never succeeds
-        assert row["reward/robometer_reward_mean"] is not None
+        assert row["reward/world_model_mean"] is not None
         assert row["ppo/behaviour_logp_gap"] < 1e-3
     assert any(r["ppo/updates"] > 0 for r in rows)
     resolved = json.loads((smoke_run / "resolved.json").read_text())
@@ -73,23 +74,24 @@ def test_smoke_run_writes_the_run_directory(smoke_run):
     assert report["spent"]["generation"]["items"] == episodes
     assert report["spent"]["world_model"]["items"] == episodes
     assert report["graded_rollouts"] == episodes
-    assert report["policy_steps"] == episodes * config.env.max_episode_steps
-    assert report["mean_step_seconds"]["rollout_s"] > 0 and "success flag" in report["accounting"]
+    details = report["details"]
+    assert details["policy_steps"] == episodes * config.env.max_episode_steps
+    assert details["mean_step_seconds"]["rollout_s"] > 0 and "success flag" in details["accounting"]
 
     for name in ("training.png", "weights.png", "reward.png"):
         assert (smoke_run / "plots" / name).stat().st_size > 0
     final = list_checkpoints(smoke_run)[-1]
-    assert final.step == config.steps
+    assert checkpoint_step(final) == config.steps
     for name in (
-        "corrector.json",
-        "ledger.json",
+        CORRECTOR_FILE,
+        LEDGER_FILE,
         "optimizer.pt",
         "rng.pt",
-        "trainer.json",
+        "wmrl_trainer.json",
         "policy/policy.json",
     ):
-        assert (final.path / name).is_file(), name
-    assert (final.path / "policy" / "adapter" / "adapter_model.safetensors").is_file()
+        assert (final / name).is_file(), name
+    assert (final / "policy" / "adapter" / "adapter_model.safetensors").is_file()
 
 
 def test_resumed_smoke_run_matches_the_uninterrupted_one(smoke_run, tmp_path):
@@ -99,10 +101,10 @@ def test_resumed_smoke_run_matches_the_uninterrupted_one(smoke_run, tmp_path):
     train(config, out, resume=True, progress=False)
     a = list_checkpoints(smoke_run)[-1]
     b = list_checkpoints(out)[-1]
-    assert a.step == b.step == config.steps
-    assert (a.path / "corrector.json").read_bytes() == (b.path / "corrector.json").read_bytes()
+    assert checkpoint_step(a) == checkpoint_step(b) == config.steps
+    assert (a / CORRECTOR_FILE).read_bytes() == (b / CORRECTOR_FILE).read_bytes()
     adapter = "policy/adapter/adapter_model.safetensors"
-    assert (a.path / adapter).read_bytes() == (b.path / adapter).read_bytes()
+    assert (a / adapter).read_bytes() == (b / adapter).read_bytes()
     rows_a = [json.loads(line) for line in (smoke_run / "metrics.jsonl").read_text().splitlines()]
     rows_b = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows_b] == [r["step"] for r in rows_a]

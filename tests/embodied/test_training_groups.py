@@ -73,16 +73,22 @@ def test_rollouts_of_a_group_share_task_and_initial_state_and_differ_in_seed():
 
 
 def test_modes_only_pick_the_corrector_preset():
-    base = load_train_config(None, ["corrector.scheduler.fraction=0.25", "corrector.debias.min_pairs=7"])
-    for mode, preset in (("sparse", "real"), ("world_model", "world_model"), ("wmrl", "wmrl")):
-        cfg = base.replace(mode=mode)
-        assert cfg.resolved_corrector() == CorrectorConfig.preset(preset, base.corrector)
-        assert cfg.replace(mode="wmrl").to_dict() == base.to_dict()  # nothing else depends on the mode
-    assert base.replace(mode="sparse").resolved_corrector().scheduler.fraction == 1.0
-    assert base.replace(mode="world_model").resolved_corrector().scheduler.fraction == 0.0
-    assert base.resolved_corrector().scheduler.fraction == 0.25
-    assert not base.replace(mode="sparse").uses_world_model
-    assert base.replace(mode="sparse", score_world_model_in_sparse=True).uses_world_model
+    base = load_train_config(None, ["corrector.debias.min_pairs=7"])
+    for mode, preset in (("real", "real"), ("world_model", "world_model"), ("wmrl", "wmrl")):
+        cfg = load_train_config(None, ["corrector.debias.min_pairs=7", f"mode={mode}"])
+        assert cfg.corrector == CorrectorConfig.preset(preset, base.corrector)
+        # nothing but the corrector depends on the mode
+        assert {k: v for k, v in cfg.to_dict().items() if k not in ("mode", "corrector")} == {
+            k: v for k, v in base.to_dict().items() if k not in ("mode", "corrector")
+        }
+    assert load_train_config(None, ["mode=real"]).corrector.scheduler.fraction == 1.0
+    assert load_train_config(None, ["mode=world_model"]).corrector.scheduler.fraction == 0.0
+    with pytest.deprecated_call():  # the old name of real-signal GRPO
+        assert load_train_config(None, ["mode=sparse"]).mode == "real"
+    assert not load_train_config(None, ["mode=real"]).uses_world_model
+    assert load_train_config(None, ["mode=real", "world_model_in_real=true"]).uses_world_model
+    with pytest.raises(ConfigError, match="contradicts"):
+        load_train_config(None, ["mode=real", "corrector.scheduler.fraction=0.25"])
 
 
 def test_config_is_validated_and_round_trips(tmp_path):
@@ -96,8 +102,8 @@ def test_config_is_validated_and_round_trips(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(smoke.to_dict()))
     assert load_train_config(path) == smoke
-    over = load_train_config(path, ["mode=sparse", "ppo.lr=3e-5", "env.tasks=[0,3]"])
-    assert (over.mode, over.ppo.lr, over.env.tasks) == ("sparse", 3e-5, (0, 3))
+    over = load_train_config(path, ["mode=real", "learning_rate=3e-5", "env.tasks=[0,3]"])
+    assert (over.mode, over.learning_rate, over.env.tasks) == ("real", 3e-5, (0, 3))
     for overrides, message in (
         (["ppo.epochs=0"], "ppo.epochs"),
         (["group_size=1"], "group_size"),
@@ -114,7 +120,7 @@ def test_config_is_validated_and_round_trips(tmp_path):
             load_train_config("smoke", overrides)
     with pytest.raises(ConfigError, match="neither a preset"):
         load_train_config("no-such-preset")
-    # a sparse run need not name a world model that matches the camera: it does not load one
+    # a real-signal run need not name a world model that matches the camera: it does not load one
     assert not load_train_config(
-        "smoke", ["mode=sparse", "world_model.camera=robot0_eye_in_hand"]
+        "smoke", ["mode=real", "world_model.camera=robot0_eye_in_hand"]
     ).uses_world_model

@@ -15,10 +15,11 @@ import pytest
 import torch
 
 from wmrl.core.corrector import Corrector
+from wmrl.core.rundir import checkpoint_step, list_checkpoints
+from wmrl.core.train_config import LoraConfig
 from wmrl.embodied.rollout.records import EpisodeRecord
-from wmrl.embodied.training import LoraSpec, PolicySpec, PPOConfig, load_train_config
+from wmrl.embodied.training import PolicySpec, PPOConfig, load_train_config
 from wmrl.embodied.training.batch import build_samples, keep_frame_window
-from wmrl.embodied.training.checkpoint import list_checkpoints
 from wmrl.embodied.training.groups import GroupSpec, episode_specs
 from wmrl.embodied.training.policy_setup import build_policy, make_reference
 from wmrl.embodied.training.trainer import EmbodiedTrainer
@@ -72,7 +73,7 @@ def synthetic_episodes(policy, groups, group_size, step, steps=4, size=64):
 
 
 def _policy(lora: bool = True, r: int = 4):
-    return build_policy(PolicySpec(), LoraSpec(enabled=lora, r=r, alpha=2 * r), "agentview_image")
+    return build_policy(PolicySpec(), LoraConfig(enabled=lora, r=r, alpha=2 * r), "agentview_image")
 
 
 def _batch(policy, advantages=(1.0, -1.0)):
@@ -87,10 +88,8 @@ def _frozen(updater, batch):
 def test_epochs_move_the_ratio_and_the_clip_binds():
     policy = _policy()
     batch = _batch(policy)  # 8 samples: 4 timesteps of an A = +1 episode, 4 of an A = -1 episode
-    cfg = PPOConfig(
-        epochs=4, minibatch_size=4, microbatch_size=4, timesteps_per_episode=None, lr=0.05, kl_beta=0.0
-    )
-    updater = PPOUpdater(policy, cfg)
+    cfg = PPOConfig(epochs=4, minibatch_size=4, microbatch_size=4, timesteps_per_episode=None, kl_beta=0.0)
+    updater = PPOUpdater(policy, cfg, learning_rate=0.05)
     old = _frozen(updater, batch)
     # the recomputed log-probs are those the policy reported while acting
     assert np.allclose(old.sum(dim=1).numpy(), batch.behaviour_logp, atol=1e-4)
@@ -115,8 +114,8 @@ def test_one_epoch_of_one_minibatch_never_clips():
     """The official trainer's setting: a single optimiser step on fresh log-probs, ratio identically 1."""
     policy = _policy()
     batch = _batch(policy)
-    cfg = PPOConfig(epochs=1, minibatch_size=8, microbatch_size=8, lr=0.05, kl_beta=0.0)
-    metrics = PPOUpdater(policy, cfg).update(batch, step=0, seed=0)
+    cfg = PPOConfig(epochs=1, minibatch_size=8, microbatch_size=8, kl_beta=0.0)
+    metrics = PPOUpdater(policy, cfg, learning_rate=0.05).update(batch, step=0, seed=0)
     assert metrics["ppo/updates"] == 1.0
     assert metrics["ppo/clip_fraction"] == 0.0
     assert metrics["ppo/ratio_min"] == pytest.approx(1.0, abs=1e-5)
@@ -127,8 +126,8 @@ def test_microbatches_accumulate_to_the_minibatch_gradient():
     policy_a, policy_b = _policy(), _policy()
     batch = _batch(policy_a)
     for policy, micro in ((policy_a, 3), (policy_b, 8)):
-        cfg = PPOConfig(epochs=1, minibatch_size=8, microbatch_size=micro, lr=1e-2, kl_beta=0.0)
-        PPOUpdater(policy, cfg).update(batch, step=0, seed=0)
+        cfg = PPOConfig(epochs=1, minibatch_size=8, microbatch_size=micro, kl_beta=0.0)
+        PPOUpdater(policy, cfg, learning_rate=1e-2).update(batch, step=0, seed=0)
     for pa, pb in zip(policy_a.trainable_parameters(), policy_b.trainable_parameters(), strict=True):
         assert torch.allclose(pa, pb, atol=1e-6)
 
@@ -137,9 +136,9 @@ def test_microbatches_accumulate_to_the_minibatch_gradient():
 def test_kl_is_taken_to_the_frozen_initial_policy(lora):
     policy = _policy(lora=lora)
     batch = _batch(policy)
-    reference = make_reference(policy, LoraSpec(enabled=lora))
-    cfg = PPOConfig(epochs=2, minibatch_size=4, microbatch_size=4, lr=0.02, kl_beta=0.5)
-    updater = PPOUpdater(policy, cfg, reference)
+    reference = make_reference(policy, LoraConfig(enabled=lora))
+    cfg = PPOConfig(epochs=2, minibatch_size=4, microbatch_size=4, kl_beta=0.5)
+    updater = PPOUpdater(policy, cfg, reference, learning_rate=0.02)
     ref_before = updater._frozen_log_probs(reference, batch)
     assert torch.allclose(
         ref_before, _frozen(updater, batch), atol=1e-6
@@ -182,18 +181,18 @@ def test_cutting_frames_to_robometers_window_keeps_its_score():
 # -- checkpoint and resume -------------------------------------------------------------------------------
 
 
-def _train_config(steps: int):
+def _train_config(steps: int, mode: str = "wmrl"):
     return load_train_config(
         "smoke",
         [
+            f"mode={mode}",
             f"steps={steps}",
             "groups_per_step=3",
             "env.tasks=[0,1,2]",
-            "checkpoint_every=2",
-            "keep_checkpoints=5",
+            "checkpoint.every=2",
+            "checkpoint.keep=5",
             "torch_threads=1",
-            "corrector.scheduler.fraction=0.5",
-            "corrector.scheduler.floor=1",
+            *(["corrector.scheduler.fraction=0.5", "corrector.scheduler.floor=1"] if mode == "wmrl" else []),
             "ppo.timesteps_per_episode=3",
             "ppo.minibatch_size=6",
             "ppo.microbatch_size=6",
@@ -223,8 +222,8 @@ def test_resume_continues_bit_identically(tmp_path):
         a.corrector.save(tmp_path / "a_final.json")
         params_a = _params(a)
         items_a = {k: (v.items, v.calls) for k, v in a.ledger.streams.items()}
-    assert [c.step for c in list_checkpoints(tmp_path / "a")] == [2, 3]
-    saved = Corrector.load(tmp_path / "a" / "checkpoints" / "step-000002" / "corrector.json")
+    assert [checkpoint_step(c) for c in list_checkpoints(tmp_path / "a")] == [2, 3]
+    saved = Corrector.load(tmp_path / "a" / "checkpoints" / "checkpoint-2" / "wmrl_corrector.json")
     assert json.dumps(saved.state_dict(), default=repr) == corrector_after_2
 
     # interrupted after 2 steps (plus a logged step 3 that never reached a checkpoint), then resumed
@@ -234,8 +233,8 @@ def test_resume_continues_bit_identically(tmp_path):
         f.write(json.dumps({"step": 2, "time": 0.0, "stale": True}) + "\n")
     with pytest.raises(FileExistsError, match="resume"):
         EmbodiedTrainer(config, tmp_path / "b", progress=False)
-    with pytest.raises(ValueError, match=r"\['ppo'\]"):
-        EmbodiedTrainer(config.replace(ppo=PPOConfig(lr=0.5)), tmp_path / "b", resume=True, progress=False)
+    with pytest.raises(ValueError, match=r"\['learning_rate'\]"):
+        EmbodiedTrainer(config.replace(learning_rate=0.5), tmp_path / "b", resume=True, progress=False)
     with EmbodiedTrainer(config, tmp_path / "b", resume=True, progress=False) as b:
         assert b.step == 2
         _learn(b, 1)
@@ -258,7 +257,7 @@ def test_resume_continues_bit_identically(tmp_path):
     # a checkpoint's policy folder is what `wmrl eval libero --policy` loads
     from wmrl.embodied.eval.policy_loader import load_policy
 
-    loaded = load_policy(tmp_path / "a" / "checkpoints" / "step-000003" / "policy")
+    loaded = load_policy(tmp_path / "a" / "checkpoints" / "checkpoint-3" / "policy")
     assert all(torch.equal(x, y) for x, y in zip(loaded.trainable_parameters(), params_a, strict=True))
 
 
@@ -273,9 +272,9 @@ def test_a_run_without_checkpoints_restarts_only_when_asked(tmp_path):
     assert json.loads((tmp_path / "config.json").read_text()) == config.to_dict()
 
 
-@pytest.mark.parametrize("mode", ["sparse", "world_model", "wmrl"])
+@pytest.mark.parametrize("mode", ["real", "world_model", "wmrl"])
 def test_the_mode_decides_which_source_grades_the_groups(tmp_path, mode):
-    config = _train_config(steps=1).replace(mode=mode)
+    config = _train_config(steps=1, mode=mode)
     with EmbodiedTrainer(config, tmp_path, progress=False) as trainer:
         groups = trainer.step_groups()
         records = synthetic_episodes(trainer.policy, groups, config.group_size, 0)
@@ -284,14 +283,14 @@ def test_the_mode_decides_which_source_grades_the_groups(tmp_path, mode):
     success = np.array([r.success for r in records], dtype=float).reshape(len(groups), config.group_size)
     anchor = result.correction.anchor
     m = result.metrics
-    if mode == "sparse":  # real-signal GRPO: every group graded by the success flag, Robometer not run
+    if mode == "real":  # real-signal GRPO: every group graded by the success flag, Robometer not run
         assert trainer.world_model is None and anchor.all()
         assert np.array_equal(result.correction.rewards, success)
         assert spent["world_model"] == 0 and spent["anchor"] == len(records)
-        assert m["reward/robometer_reward_mean"] is None
+        assert m["reward/world_model_mean"] is None
     elif mode == "world_model":  # raw Robometer on every group, no anchors
         assert not anchor.any() and spent["anchor"] == 0 and spent["world_model"] == len(records)
-        assert m["reward/robometer_reward_mean"] == pytest.approx(m["reward/corrected_reward_mean"])
+        assert m["reward/world_model_mean"] == pytest.approx(m["reward/corrected_mean"])
     else:  # anchors graded by the flag, the rest by Robometer
         assert anchor.any() and not anchor.all()
         assert np.array_equal(result.correction.rewards[anchor], success[anchor])
