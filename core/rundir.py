@@ -9,7 +9,9 @@ Every trainer writes the same layout::
     RUN/plots/*.png                  calibration curve, fusion weights, reward
     RUN/checkpoints/checkpoint-N/    N = steps completed; each holds the policy, the optimiser,
                                      wmrl_corrector.json and wmrl_ledger.json (written last: a
-                                     folder without them is incomplete and never resumed from)
+                                     folder without them is incomplete and never resumed from);
+                                     a stage with no corrector (a supervised warm start) writes
+                                     wmrl_stage.json last instead
 
 The rules (:class:`RunDirectory`):
 
@@ -31,10 +33,22 @@ from pathlib import Path
 
 from wmrl.core.pipeline import CORRECTOR_FILE
 
-__all__ = ["CHECKPOINTS", "RunDirectory", "checkpoint_step", "latest_checkpoint", "list_checkpoints"]
+__all__ = [
+    "CHECKPOINTS",
+    "STAGE_FILE",
+    "RunDirectory",
+    "checkpoint_step",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "write_stage_marker",
+]
 
 #: The checkpoints' folder inside a run directory, and each checkpoint's name.
 CHECKPOINTS = "checkpoints"
+#: The completion marker of a checkpoint written by a stage that has no corrector (a supervised
+#: warm start): written last, like ``wmrl_corrector.json`` in an RL checkpoint.
+STAGE_FILE = "wmrl_stage.json"
+_MARKERS = (CORRECTOR_FILE, STAGE_FILE)
 _NAME = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -46,13 +60,31 @@ def checkpoint_step(folder: str | Path) -> int:
     return int(match.group(1))
 
 
+def _complete(folder: Path) -> bool:
+    return any((folder / marker).is_file() for marker in _MARKERS)
+
+
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Complete checkpoints of a run (they hold the correction's state), oldest first."""
+    """Complete checkpoints of a run (they hold the correction's state, or a stage's marker), oldest first."""
     root = Path(run_dir) / CHECKPOINTS
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if _NAME.match(p.name) and (p / CORRECTOR_FILE).is_file()]
+    found = [p for p in root.iterdir() if _NAME.match(p.name) and _complete(p)]
     return sorted(found, key=checkpoint_step)
+
+
+def write_stage_marker(folder: str | Path, **info: object) -> Path:
+    """Mark ``folder`` as a complete checkpoint of a stage without a corrector (call it last).
+
+    ``info`` (JSON-serialisable: the stage's name, the step) is stored in the marker.
+    """
+    import json
+
+    path = Path(folder) / STAGE_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(info, indent=2, default=str))
+    tmp.replace(path)
+    return path
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
@@ -96,9 +128,10 @@ class RunDirectory:
         if self.resume_from is not None:
             self.resume = True
             folder = Path(self.resume_from)
-            if not (folder / CORRECTOR_FILE).is_file():
+            if not _complete(folder):
                 raise RunDirError(
-                    f"--resume-from {folder} is not a complete WMRL checkpoint (it has no {CORRECTOR_FILE})"
+                    f"--resume-from {folder} is not a complete WMRL checkpoint (it has no {CORRECTOR_FILE} "
+                    f"or {STAGE_FILE})"
                 )
             self.checkpoint = folder
         elif self.resume:
