@@ -69,6 +69,8 @@ class TasksSection:
         limit: use only the first ``limit`` tasks (``null``: all).
         prompts_per_task: distinct prompts (prompt ids) per task in the dataset.
         overview_tokens: token budget of the task overview shown to the agent.
+        mledojo_root: an MLE-Dojo checkout whose leaderboards rank DSBench tasks (``null``: none).
+        data_dir: MLE-bench's data folder for MLE-bench competition tasks (``null``: the task's own).
     """
 
     split: Literal["train"] = "train"
@@ -76,6 +78,8 @@ class TasksSection:
     limit: int | None = None
     prompts_per_task: int = 1
     overview_tokens: int = 400
+    mledojo_root: str | None = None
+    data_dir: str | None = None
 
     def __post_init__(self) -> None:
         require(

@@ -96,27 +96,31 @@ class _SilentWriter:
         pass
 
 
-def build_anchor(config: TrainConfig, tasks_by_ref: dict[str, Any]):
-    """The real-execution reward source on the configured sandbox (raises if that backend cannot run)."""
-    from wmrl.autoresearch.grading import ExecutionGrader, ExecutionRewardSource
+def build_grader(section):
+    """An execution grader on the sandbox a ``SandboxSection`` describes (raises if that backend cannot run)."""
+    from wmrl.autoresearch.grading import ExecutionGrader
     from wmrl.autoresearch.sandbox import SandboxPool, backend_problems, make_sandbox
-    from wmrl.autoresearch.tasks import load_task
 
-    sandbox = make_sandbox(config.sandbox.backend)
+    sandbox = make_sandbox(section.backend)
     if getattr(sandbox, "problem", None):
         working = [name for name, problem in backend_problems().items() if problem is None]
         raise SandboxUnavailable(
-            f"sandbox backend {config.sandbox.backend!r} cannot run here: {sandbox.problem}. Backends that can: "
+            f"sandbox backend {section.backend!r} cannot run here: {sandbox.problem}. Backends that can: "
             f"{working} (choose one with sandbox.backend=NAME; 'subprocess' does NOT isolate the agent's code)"
         )
-    pool = SandboxPool(
-        sandbox, slots=config.sandbox.workers, cache="memory" if config.sandbox.cache else None
+    pool = SandboxPool(sandbox, slots=section.workers, cache="memory" if section.cache else None)
+    return ExecutionGrader(
+        sandbox=pool, time_limit_s=section.time_limit_s, memory_limit_mb=section.memory_limit_mb
     )
-    grader = ExecutionGrader(
-        sandbox=pool, time_limit_s=config.sandbox.time_limit_s, memory_limit_mb=config.sandbox.memory_limit_mb
-    )
+
+
+def build_anchor(config: TrainConfig, tasks_by_ref: dict[str, Any]):
+    """The real-execution reward source on the configured sandbox (raises if that backend cannot run)."""
+    from wmrl.autoresearch.grading import ExecutionRewardSource
+    from wmrl.autoresearch.tasks import load_task
+
     return ExecutionRewardSource(
-        grader,
+        build_grader(config.sandbox),
         max_workers=config.sandbox.workers,
         task_loader=lambda ref: tasks_by_ref[ref] if ref in tasks_by_ref else load_task(ref),
     )
@@ -127,10 +131,12 @@ def build_world_model(config: TrainConfig, tasks_by_ref: dict[str, Any], device:
     from wmrl.autoresearch.agent.environment import SandboxEnvironment
     from wmrl.autoresearch.agent.overview import OverviewConfig, from_task
     from wmrl.autoresearch.llm import TransformersBackend, load_model
+    from wmrl.autoresearch.training.warm import resolve_spec
     from wmrl.autoresearch.worldmodel import WorldModel
 
     section = config.world_model
-    loaded = load_model(section.backend.path or config.model.path, dtype=config.model.dtype, device=device)
+    spec = resolve_spec(section.backend.path or config.model.path)
+    loaded = load_model(spec, dtype=config.model.dtype, device=device)
     for parameter in loaded.model.parameters():
         parameter.requires_grad_(False)
     backend = TransformersBackend(
@@ -253,7 +259,14 @@ def run_training(
         config.check_resume(json.loads((out / "config.json").read_text()))
     # Tasks and the batch are checked before anything is written, so a bad config leaves no run behind.
     sb = config.sandbox
-    tasks = resolve_training_tasks(config.tasks.ids, config.tasks.limit, sb.time_limit_s, sb.memory_limit_mb)
+    tasks = resolve_training_tasks(
+        config.tasks.ids,
+        config.tasks.limit,
+        sb.time_limit_s,
+        sb.memory_limit_mb,
+        mledojo_root=config.tasks.mledojo_root,
+        data_dir=config.tasks.data_dir,
+    )
     prompts = len(tasks) * config.tasks.prompts_per_task
     if prompts < config.groups_per_step * processes.num_processes:
         raise ConfigError(
@@ -274,7 +287,9 @@ def run_training(
         tasks_by_ref = {t.ref: t.task for t in tasks}
         log(f"[wmrl] mode {config.mode.value}; {len(tasks)} training tasks; device {device}")
         t0 = time.perf_counter()
-        policy = load_model(config.model.path, dtype=config.model.dtype, device=device)
+        from wmrl.autoresearch.training.warm import resolve_spec
+
+        policy = load_model(resolve_spec(config.model.path, log), dtype=config.model.dtype, device=device)
         log(f"[wmrl] policy {policy.model_id} loaded in {time.perf_counter() - t0:.1f} s")
         anchor = build_anchor(config, tasks_by_ref) if config.mode.executes else None
         world_model = None
@@ -334,9 +349,20 @@ def run_training(
             trainer.save_model(str(final))
             trainer.save_wmrl_state(final)
             if main:  # the base model's *spec*, so `wmrl eval` finds the base of a LoRA adapter elsewhere too
+                from wmrl.autoresearch.training.data import recorded_train_tasks
+
+                lineage = [
+                    *recorded_train_tasks(resolve_spec(config.model.path)),
+                    *(t.task.id for t in tasks),
+                ]
                 (final / "wmrl_policy.json").write_text(
                     json.dumps(
-                        {"base": config.model.path, "lora": config.lora.enabled, "mode": config.mode.value},
+                        {
+                            "base": config.model.path,
+                            "lora": config.lora.enabled,
+                            "mode": config.mode.value,
+                            "train_tasks": list(dict.fromkeys(lineage)),
+                        },
                         indent=2,
                     )
                 )
