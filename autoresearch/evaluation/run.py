@@ -208,6 +208,8 @@ def evaluate_policy(
     time_limit_s: float | None = 120.0,
     memory_limit_mb: int | None = 2048,
     workers: int = 2,
+    gpus: Sequence[int] = (),
+    gpus_per_slot: int = 1,
     overview_tokens: int = 400,
     feedback_max_tokens: int = 300,
     mledojo_root: str | os.PathLike | None = None,
@@ -233,13 +235,13 @@ def evaluate_policy(
     from tqdm import tqdm
 
     from wmrl.autoresearch.agent.episode import EpisodeConfig
-    from wmrl.autoresearch.grading import ExecutionGrader, ExecutionRewardSource
+    from wmrl.autoresearch.grading import ExecutionRewardSource
     from wmrl.autoresearch.llm import SamplingConfig, TransformersBackend
-    from wmrl.autoresearch.sandbox import SandboxPool, backend_problems, make_sandbox
     from wmrl.autoresearch.tasks.load import load_task
+    from wmrl.autoresearch.training.config import SandboxSection
     from wmrl.autoresearch.training.data import TrainingTask, build_prompt_rows
     from wmrl.autoresearch.training.episodes import episode_factory
-    from wmrl.autoresearch.training.run import AGENT_LIBRARIES
+    from wmrl.autoresearch.training.run import AGENT_LIBRARIES, build_grader
     from wmrl.autoresearch.training.streams import solution_items
     from wmrl.core.rollouts import Exact
 
@@ -264,12 +266,15 @@ def evaluate_policy(
     train_ids, source = training_tasks_of(model, train_tasks)
     if not in_sample:
         check_disjoint([t.id for t in loaded_tasks], train_ids, source)
-    sandbox = make_sandbox(backend)
-    if getattr(sandbox, "problem", None):
-        working = [n for n, p in backend_problems().items() if p is None]
-        raise EvalError(
-            f"sandbox backend {backend!r} cannot run here: {sandbox.problem}; backends that can: {working}"
-        )
+    section = SandboxSection(
+        backend=backend,
+        time_limit_s=time_limit_s,
+        memory_limit_mb=memory_limit_mb,
+        workers=workers,
+        gpus=tuple(gpus),
+        gpus_per_slot=gpus_per_slot,
+    )
+    grader = build_grader(section)  # the sandbox of training's anchors (GPU slots included)
     policy = load_policy(model, device=device)
     engine = TransformersBackend(
         policy.model, policy.tokenizer, model_id=policy.model_id, batch_size=batch_size
@@ -277,7 +282,7 @@ def evaluate_policy(
     by_ref = dict(zip(refs, loaded_tasks, strict=True))
     # The anchor stream of training: the same grader, the same feedback (Grade.feedback).
     anchor = ExecutionRewardSource(
-        ExecutionGrader(sandbox=SandboxPool(sandbox, slots=workers, cache="memory")),
+        grader,
         max_workers=workers,
         task_loader=lambda ref: by_ref[ref],
     )
@@ -287,6 +292,7 @@ def evaluate_policy(
         overview_tokens=overview_tokens,
         tokens=policy.tokenizer,
         libraries=AGENT_LIBRARIES,
+        gpus=section.gpu_count,
     )
     make_episode = episode_factory(
         EpisodeConfig(turns=turns, feedback_max_tokens=feedback_max_tokens), policy.tokenizer

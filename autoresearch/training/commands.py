@@ -139,6 +139,8 @@ def run_eval(config, out: Path, *, resume: bool, progress: bool) -> tuple[dict[s
             time_limit_s=config.sandbox.time_limit_s,
             memory_limit_mb=config.sandbox.memory_limit_mb,
             workers=config.sandbox.workers,
+            gpus=config.sandbox.gpus,
+            gpus_per_slot=config.sandbox.gpus_per_slot,
             mledojo_root=config.mledojo_root,
             data_dir=config.data_dir,
             batch_size=config.batch_size,

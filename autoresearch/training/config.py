@@ -102,6 +102,10 @@ class SandboxSection:
         memory_limit_mb: memory limit of one execution in MiB (``null``: the task's own).
         workers: executions run concurrently.
         cache: keep an in-memory result cache keyed by (task, code hash) for resubmitted scripts.
+        gpus: GPU indices the agent's code may use (``[]``: none, the code runs on CPUs). Each
+            concurrent execution gets its own ``gpus_per_slot`` of them, so ``workers`` must not exceed
+            ``len(gpus) / gpus_per_slot``; the agent is told it has a GPU.
+        gpus_per_slot: GPUs each execution sees.
     """
 
     backend: Literal["bwrap", "docker", "subprocess", "auto"] = "bwrap"
@@ -109,6 +113,8 @@ class SandboxSection:
     memory_limit_mb: int | None = 2048
     workers: int = 2
     cache: bool = True
+    gpus: tuple[int, ...] = ()
+    gpus_per_slot: int = 1
 
     def __post_init__(self) -> None:
         require(
@@ -118,6 +124,28 @@ class SandboxSection:
         if self.memory_limit_mb is not None:
             _positive_int(self.memory_limit_mb, "sandbox.memory_limit_mb", 64)
         _positive_int(self.workers, "sandbox.workers")
+        _positive_int(self.gpus_per_slot, "sandbox.gpus_per_slot")
+        require(
+            all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in self.gpus)
+            and len(set(self.gpus)) == len(self.gpus),
+            f"sandbox.gpus must be distinct device indices >= 0; got {list(self.gpus)}",
+        )
+        if self.gpus:
+            require(
+                len(self.gpus) % self.gpus_per_slot == 0,
+                f"sandbox.gpus ({len(self.gpus)}) must split into groups of sandbox.gpus_per_slot ({self.gpus_per_slot})",
+            )
+            slots = len(self.gpus) // self.gpus_per_slot
+            require(
+                self.workers <= slots,
+                f"sandbox.workers ({self.workers}) exceeds the {slots} GPU slot(s) of sandbox.gpus: every concurrent "
+                "execution gets its own GPU(s); lower workers or give more gpus",
+            )
+
+    @property
+    def gpu_count(self) -> int:
+        """GPUs one execution sees (0: none)."""
+        return self.gpus_per_slot if self.gpus else 0
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,7 @@ def build_prompt_rows(
     prompts_per_task: int = 1,
     tokens: Any = None,
     libraries: tuple[str, ...] | None = None,
+    gpus: int = 0,
 ) -> list[dict[str, Any]]:
     """The dataset rows (``prompt``, ``prompt_id``, ``task_id``, ``task_ref``), one per task copy.
 
@@ -104,11 +105,12 @@ def build_prompt_rows(
         tokens: token counter or Hugging Face tokenizer for exact budgets.
         libraries: libraries listed to the agent (default: detected in this interpreter, which is
             the one the sandbox runs solutions with).
+        gpus: GPUs each execution of the agent's script sees (``sandbox.gpus_per_slot``; 0: none).
     """
     rows = []
     budget = OverviewConfig(max_tokens=overview_tokens)
     for entry in tasks:
-        env = SandboxEnvironment.from_task(entry.task, libraries=libraries)
+        env = SandboxEnvironment.from_task(entry.task, libraries=libraries, gpus=gpus)
         overview = overview_from_task(entry.task, environment=env, config=budget, tokens=tokens)
         prompt = [
             {"role": "system", "content": system_prompt(env, turns=turns)},

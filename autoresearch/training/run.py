@@ -108,6 +108,18 @@ def build_grader(section):
             f"sandbox backend {section.backend!r} cannot run here: {sandbox.problem}. Backends that can: "
             f"{working} (choose one with sandbox.backend=NAME; 'subprocess' does NOT isolate the agent's code)"
         )
+    if section.gpus:  # each concurrent execution on its own device group
+        from wmrl.autoresearch.training.devices import DeviceSlots, device_groups, missing_gpus, visible_gpus
+
+        missing = missing_gpus(section.gpus)
+        if missing:
+            have = sorted(visible_gpus())
+            raise SandboxUnavailable(
+                f"sandbox.gpus asks for GPU(s) {missing} that this machine does not have (visible: "
+                f"{have or 'none, a CPU-only machine'}); give the agent's code no GPU with sandbox.gpus=[] "
+                "or list devices that exist"
+            )
+        sandbox = DeviceSlots(sandbox, device_groups(section.gpus, section.gpus_per_slot))
     pool = SandboxPool(sandbox, slots=section.workers, cache="memory" if section.cache else None)
     return ExecutionGrader(
         sandbox=pool, time_limit_s=section.time_limit_s, memory_limit_mb=section.memory_limit_mb
@@ -146,7 +158,7 @@ def build_world_model(config: TrainConfig, tasks_by_ref: dict[str, Any], device:
 
     def overview(ref: str) -> str:
         task = tasks_by_ref[ref]
-        env = SandboxEnvironment.from_task(task, libraries=AGENT_LIBRARIES)
+        env = SandboxEnvironment.from_task(task, libraries=AGENT_LIBRARIES, gpus=config.sandbox.gpu_count)
         return from_task(task, environment=env, config=budget, tokens=loaded.tokenizer)
 
     return WorldModel(backend, section, overview_fn=overview, tokens=loaded.tokenizer)
@@ -307,6 +319,7 @@ def run_training(
             prompts_per_task=config.tasks.prompts_per_task,
             tokens=policy.tokenizer,
             libraries=AGENT_LIBRARIES,
+            gpus=config.sandbox.gpu_count,
         )
         held = 0.0  # accelerators this process holds: its own GPU per rank, all GPUs for one process
         if device.startswith("cuda"):

@@ -175,6 +175,7 @@ def sft_rows(corpus, tasks, config: WarmStartConfig, tokenizer) -> list[dict[str
             overview_tokens=c.overview_tokens,
             tokens=tokenizer,
             libraries=AGENT_LIBRARIES,
+            gpus=config.sandbox.gpu_count,
         )
     }
     wm_overviews: dict[str, str] = {}
@@ -185,7 +186,9 @@ def sft_rows(corpus, tasks, config: WarmStartConfig, tokenizer) -> list[dict[str
         else:
             if example.task_id not in wm_overviews:
                 task = by_id[example.task_id][1]
-                env = SandboxEnvironment.from_task(task, libraries=AGENT_LIBRARIES)
+                env = SandboxEnvironment.from_task(
+                    task, libraries=AGENT_LIBRARIES, gpus=config.sandbox.gpu_count
+                )
                 budget = OverviewConfig(max_tokens=c.world_model_overview_tokens)
                 wm_overviews[example.task_id] = from_task(
                     task, environment=env, config=budget, tokens=tokenizer
