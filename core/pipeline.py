@@ -40,12 +40,30 @@ from wmrl.core.sources import Grade, RewardSource, Role, SourceError, check_pair
 
 __all__ = [
     "CORRECTOR_FILE",
+    "COST_REPORT_KEYS",
     "LEDGER_FILE",
     "RewardPipeline",
     "Scores",
     "StepResult",
 ]
 
+#: The keys of every ``cost_report.json`` (see :meth:`RewardPipeline.cost_report`).
+COST_REPORT_KEYS = frozenset(
+    {
+        "spent",
+        "total",
+        "graded_rollouts",
+        "real_mode_estimate",
+        "note",
+        "mode",
+        "steps",
+        "per_item_s",
+        "accelerators_held",
+        "processes",
+        "device",
+        "details",
+    }
+)
 #: The correction's files inside every checkpoint folder (TRL's, verl's and the loop trainer's).
 CORRECTOR_FILE = "wmrl_corrector.json"
 LEDGER_FILE = "wmrl_ledger.json"

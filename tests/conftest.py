@@ -40,6 +40,30 @@ def unused_port():
     return _unused_local_port
 
 
+@pytest.fixture
+def tiny_autoresearch(tmp_path):
+    """``key=value`` overrides for a seconds-long ``wmrl train autoresearch`` run: the tiny random model
+    (saved to ``tmp_path``), two toy tasks, groups of 2, 12-token completions."""
+    import json
+
+    from wmrl.autoresearch.llm.tiny import save_tiny_model
+    from wmrl.autoresearch.tasks.toy import make_toy_task
+
+    model = save_tiny_model(tmp_path / "tiny")
+    make_toy_task(tmp_path, "toy-regression")
+    make_toy_task(tmp_path, "toy-binary", kind="binary")
+    ids = json.dumps([str(tmp_path / "toy-regression"), str(tmp_path / "toy-binary")])
+    return [
+        f"model.path={model}",
+        f"tasks.ids={ids}",
+        # the tiny tokenizer spends ~3x SmolLM2's tokens on the same text
+        "tasks.overview_tokens=1500",
+        "world_model.overview_tokens=1500",
+        "group_size=2",
+        "grpo.max_completion_tokens=12",
+    ]
+
+
 def _has_modules(*names: str) -> bool:
     return all(importlib.util.find_spec(n) is not None for n in names)
 

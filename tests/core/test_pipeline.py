@@ -11,7 +11,7 @@ from wmrl.core.config import ConfigError
 from wmrl.core.corrector import METRICS, Corrector, CorrectorConfig
 from wmrl.core.debias import DebiasConfig
 from wmrl.core.modes import Mode, resolve_corrector
-from wmrl.core.pipeline import CORRECTOR_FILE, LEDGER_FILE, RewardPipeline
+from wmrl.core.pipeline import CORRECTOR_FILE, COST_REPORT_KEYS, LEDGER_FILE, RewardPipeline
 from wmrl.core.rollouts import Exact, Group
 from wmrl.core.scheduler import SchedulerConfig
 from wmrl.core.sources import Grade, SourceError, as_source
@@ -220,20 +220,7 @@ def test_cost_report_has_one_layout():
     pipe = RewardPipeline(wm, real)
     pipe.step(_groups(np.random.default_rng(0), 0))
     report = pipe.cost_report(steps=1, details={"note": "x"})
-    assert set(report) == {
-        "spent",
-        "total",
-        "graded_rollouts",
-        "real_mode_estimate",
-        "note",
-        "mode",
-        "steps",
-        "per_item_s",
-        "accelerators_held",
-        "processes",
-        "device",
-        "details",
-    }
+    assert set(report) == COST_REPORT_KEYS
     assert report["mode"] == "wmrl" and report["details"] == {"note": "x"}
     assert report["per_item_s"]["generation"] is None  # nothing generated: unknown, not 0
 
