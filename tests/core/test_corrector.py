@@ -77,7 +77,8 @@ def test_calibration_reduces_within_group_disagreement():
     without = Corrector(CorrectorConfig.preset("uncorrected_mix"))
     a = _drive(with_map, rng, 60)
     b = _drive(without, np.random.default_rng(0), 60)
-    assert a[-1].metrics["wmrl/disagreement"] < 0.7 * b[-1].metrics["wmrl/disagreement"]
+    # Measured on standardised advantages, where a monotone distortion costs less than in reward units.
+    assert a[-1].metrics["wmrl/disagreement"] < 0.85 * b[-1].metrics["wmrl/disagreement"]
 
 
 def test_fusion_weights_are_a_convex_combination():
@@ -127,7 +128,7 @@ def test_bad_input_names_the_rule():
         c.correct(plan, np.zeros((1, 2)), np.full((1, 2), np.nan))
     stray = np.full((2, 2), np.nan)
     stray[~plan.anchor] = 0.5
-    with pytest.raises(ValueError, match="only the plan's anchor groups"):
+    with pytest.raises(ValueError, match="only the plan's executed rollouts"):
         c.correct(plan, np.zeros((2, 2)), stray)
     c.correct(plan, np.zeros((2, 2)), np.where(plan.anchor[:, None], np.full((2, 2), 0.5), np.nan))
     with pytest.raises(ValueError, match="plan is for step 0"):
