@@ -144,8 +144,11 @@ def pool_ties(x: np.ndarray) -> np.ndarray:
     """
     if x.size == 0:
         return np.zeros(0, dtype=np.intp)
-    gap = np.flatnonzero(x[1:] - x[:-1] >= TIE_RESOLUTION) + 1
+    step = x[1:] - x[:-1]
+    gap = np.flatnonzero(step >= TIE_RESOLUTION) + 1
     starts = np.concatenate(([0], gap))
+    if gap.size == x.size - 1 or not np.any((step > 0) & (step < TIE_RESOLUTION)):
+        return starts  # no near-ties at all: runs of exactly equal values only (the common case)
     ends = np.concatenate((gap, [x.size]))
     wide = np.flatnonzero(x[ends - 1] - x[starts] >= TIE_RESOLUTION)
     if not wide.size:

@@ -231,6 +231,7 @@ class Fusion:
         for name in _SUMS:
             setattr(self, name, 0.0)
         self.steps = 0
+        self._cache: tuple | None = None  # the step's (V_a, V_wm, D), computed once
         self.groups_measured = 0
         # Per solution key: memory-decayed Σ z over anchor rollouts, and the step it was decayed to.
         self.key_resid: dict[str, list[float]] = {}
@@ -258,37 +259,50 @@ class Fusion:
         exec_var = np.zeros(m_total) if inputs.exec_var is None else np.asarray(inputs.exec_var, dtype=float)
         if exec_var.shape != (m_total,) or not np.all(np.isfinite(exec_var)) or (exec_var < 0).any():
             raise ValueError("fusion inputs: exec_var must hold one finite variance >= 0 per pair")
+        self._cache = None
         measured = 0
+        anchors = 0
         if m_total:
-            _, index = np.unique(labels, return_inverse=True)
-            index = index.reshape(-1)
-            n_groups = int(index.max()) + 1
-            sizes = np.bincount(index, minlength=n_groups)
-            keep = sizes[index] >= 2  # a single pair has no within-group difference
+            wm_var = None if inputs.wm_var is None else np.asarray(inputs.wm_var, dtype=float)
+            keys = None if inputs.keys is None else np.asarray(inputs.keys, dtype=object)
+            if np.any(labels[1:] < labels[:-1]):  # group the pairs (the corrector passes them grouped)
+                order = np.argsort(labels, kind="stable")
+                labels, real, cal, exec_var = labels[order], real[order], cal[order], exec_var[order]
+                wm_var = None if wm_var is None else wm_var[order]
+                keys = None if keys is None else keys[order]
+            new = np.concatenate(([True], labels[1:] != labels[:-1]))
+            sizes = np.diff(np.append(np.flatnonzero(new), m_total))
+            anchors = sizes.size
+            keep = np.repeat(sizes >= 2, sizes)  # a single pair has no within-group difference
             if keep.any():
-                measured = self._measure(real, cal, index, sizes, keep, exec_var, inputs)
+                if not keep.all():
+                    real, cal, exec_var = real[keep], cal[keep], exec_var[keep]
+                    wm_var = None if wm_var is None else wm_var[keep]
+                    keys = None if keys is None else keys[keep]
+                    sizes = sizes[sizes >= 2]
+                measured = self._measure(real, cal, sizes, exec_var, wm_var, keys)
         self.groups_measured += measured
         self.stream_groups += float(inputs.n_groups)
-        self.stream_anchors += float(np.unique(labels).size) if m_total else 0.0
+        self.stream_anchors += float(anchors)
         return {"fusion_groups_new": float(measured)}
 
-    def _measure(self, real, cal, index, sizes, keep, exec_var, inputs) -> int:
-        remap = np.cumsum(np.bincount(index[keep], minlength=sizes.size) > 0) - 1
-        index = remap[index[keep]]
-        real, cal, exec_var = real[keep], cal[keep], exec_var[keep]
-        n = int(index.max()) + 1
-        m = np.bincount(index, minlength=n).astype(float)
+    def _measure(self, real, cal, sizes, exec_var, wm_var, keys) -> int:
+        """Add one step's grouped pairs (``sizes``: pairs per group, each >= 2, in order) to the sums."""
+        n = sizes.size
+        index = np.repeat(np.arange(n), sizes)
+        starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        m = sizes.astype(float)
         m_i = m[index]
         r_c = real - (np.bincount(index, weights=real, minlength=n) / m)[index]
         c_c = cal - (np.bincount(index, weights=cal, minlength=n) / m)[index]
         var_r = np.bincount(index, weights=r_c**2, minlength=n) / m
         var_c = np.bincount(index, weights=c_c**2, minlength=n) / m
-        a_r, flat_r = self._advantages(real, r_c, var_r, index, n)
-        a_c, _ = self._advantages(cal, c_c, var_c, index, n)
+        a_r, flat_r = self._advantages(real, r_c, var_r, index, starts)
+        a_c, _ = self._advantages(cal, c_c, var_c, index, starts)
         z = c_c - r_c
         self.rollouts += float(real.size)
         self.spread += float(np.count_nonzero(~flat_r))
-        self.q_real += float(np.sum(a_r**2))
+        self.q_real += float(a_r @ a_r)
         if self.advantages.standardize:
             # A group whose real scores are all equal has zero real advantages. If its scores are
             # exact (σ² = 0 for all), the truth is flat too and the world model's spread is all error;
@@ -298,19 +312,17 @@ class Fusion:
             self.q_wm_flat += float(np.sum(np.where(flat_r & ~noisy, a_c, 0.0) ** 2))
             self.flat_noisy += float(np.count_nonzero(flat_r & noisy))
         else:
-            self.q_wm += float(np.sum(a_c**2))
-        self.cross += float(np.sum(a_c * a_r))
-        self.real_ss += float(np.sum(r_c**2))
-        self.exec_ss += float(
-            np.sum(exec_var * (1.0 - 1.0 / m_i))
-        )  # centring m values removes 1/m of their noise
-        self.resid_ss += float(np.sum(z**2))
+            self.q_wm += float(a_c @ a_c)
+        self.cross += float(a_c @ a_r)
+        self.real_ss += float(r_c @ r_c)
+        self.exec_ss += float(exec_var @ (1.0 - 1.0 / m_i))  # centring m values removes 1/m of their noise
+        z_ss = float(z @ z)
+        self.resid_ss += z_ss
         # The previous, reward-scale estimator.
-        self.signal_ss += float(np.sum(r_c**2))
-        self.error_ss += float(np.sum(z**2))
+        self.signal_ss += float(r_c @ r_c)
+        self.error_ss += z_ss
         self.dof += float((m - 1).sum())
-        if inputs.wm_var is not None:
-            wm_var = np.asarray(inputs.wm_var, dtype=float)[keep]
+        if wm_var is not None:
             reported = np.isfinite(wm_var)
             if (wm_var[reported] < 0).any():
                 raise ValueError("fusion inputs: wm_var must be >= 0 (score units²)")
@@ -325,7 +337,7 @@ class Fusion:
                     noise = np.where(scale > 0, noise / scale, 0.0)
             self.wm_noise_ss += float(noise.sum())
             self.wm_noise_n += float(whole.sum())
-        if inputs.keys is not None:
+        if keys is not None:
             # On the update's scale, like E: the residual of the advantages, and the execution noise
             # carried onto it (linearised: divided by the group's squared standardiser).
             d = a_c - a_r
@@ -341,20 +353,16 @@ class Fusion:
                 scale = (np.sqrt(var_r) + self.advantages.eps)[index] ** 2
                 carried = np.where(flat_r, 0.0, exec_var / np.where(flat_r, 1.0, scale))
             self._last_real_advantages = a_r
-            self._cross_keys(d, index, m_i, carried, np.asarray(inputs.keys, dtype=object)[keep])
+            self._cross_keys(d, index, m_i, carried, keys)
         self._paper_update(z, r_c, real, index, n)
         return n
 
-    def _advantages(self, values, centred, var, index, n) -> tuple[np.ndarray, np.ndarray]:
+    def _advantages(self, values, centred, var, index, starts) -> tuple[np.ndarray, np.ndarray]:
         """The update's transform on ragged groups: centred, or standardised with the population std + eps.
 
         Returns ``(advantages (M,), flat (M,))``, ``flat`` marking groups whose values are all equal.
         """
-        high = np.full(n, -np.inf)
-        low = np.full(n, np.inf)
-        np.maximum.at(high, index, values)
-        np.minimum.at(low, index, values)
-        flat = (high == low)[index]
+        flat = (np.maximum.reduceat(values, starts) == np.minimum.reduceat(values, starts))[index]
         if not self.advantages.standardize:
             return centred, flat
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -574,7 +582,12 @@ class Fusion:
         return e / s
 
     def _variances(self) -> tuple[float, float, float] | None:
-        """``(V_a, V_wm, D)`` per rollout, or ``None`` while there is too little evidence."""
+        """``(V_a, V_wm, D)`` per rollout, or ``None`` while there is too little evidence (cached per step)."""
+        if self._cache is None:
+            self._cache = (self._compute_variances(),)
+        return self._cache[0]
+
+    def _compute_variances(self) -> tuple[float, float, float] | None:
         cfg = self.config
         if cfg.mode in ("none", "paper") or self.groups_measured < cfg.min_groups:
             return None
@@ -685,6 +698,7 @@ class Fusion:
             raise ValueError("fusion state holds non-finite key statistics")
         for name, value in sums.items():
             setattr(self, name, value)
+        self._cache = None
         self.steps = int(state["steps"])
         self.groups_measured = int(state["groups_measured"])
         self.key_resid = key_resid
