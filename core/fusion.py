@@ -287,40 +287,53 @@ class Fusion:
         return {"fusion_groups_new": float(measured)}
 
     def _measure(self, real, cal, sizes, exec_var, wm_var, keys) -> int:
-        """Add one step's grouped pairs (``sizes``: pairs per group, each >= 2, in order) to the sums."""
+        """Add one step's grouped pairs (``sizes``: pairs per group, each >= 2, in order) to the sums.
+
+        A step has few anchor groups, so the cost is numpy's per-call overhead: the group statistics
+        come from a handful of stacked ``reduceat`` calls and the sums from one Gram matrix.
+        """
         n = sizes.size
         index = np.repeat(np.arange(n), sizes)
         starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
         m = sizes.astype(float)
         m_i = m[index]
-        r_c = real - (np.bincount(index, weights=real, minlength=n) / m)[index]
-        c_c = cal - (np.bincount(index, weights=cal, minlength=n) / m)[index]
-        var_r = np.bincount(index, weights=r_c**2, minlength=n) / m
-        var_c = np.bincount(index, weights=c_c**2, minlength=n) / m
-        a_r, flat_r = self._advantages(real, r_c, var_r, index, starts)
-        a_c, _ = self._advantages(cal, c_c, var_c, index, starts)
-        z = c_c - r_c
-        self.rollouts += float(real.size)
-        self.spread += float(np.count_nonzero(~flat_r))
-        self.q_real += float(a_r @ a_r)
+        both = np.stack([real, cal])
+        centred = both - (np.add.reduceat(both, starts, axis=1) / m)[:, index]
+        var = np.add.reduceat(centred**2, starts, axis=1) / m  # (2, n) population variances
+        flat = np.maximum.reduceat(both, starts, axis=1) == np.minimum.reduceat(both, starts, axis=1)
+        r_c, c_c = centred
+        var_r, var_c = var
+        flat_r = flat[0][index]
         if self.advantages.standardize:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                scaled = centred / (np.sqrt(var) + self.advantages.eps)[:, index]
+            # All equal: zero advantages, as group_advantages gives.
+            a_r, a_c = np.where(flat[:, index], 0.0, scaled)
             # A group whose real scores are all equal has zero real advantages. If its scores are
             # exact (σ² = 0 for all), the truth is flat too and the world model's spread is all error;
             # if they are noisy (a 0/1 outcome that came out all 0), the truth's direction is unknown.
-            noisy = np.bincount(index, weights=exec_var, minlength=n)[index] > 0
-            self.q_wm += float(np.sum(np.where(flat_r, 0.0, a_c) ** 2))
-            self.q_wm_flat += float(np.sum(np.where(flat_r & ~noisy, a_c, 0.0) ** 2))
+            noisy = (np.add.reduceat(exec_var, starts) > 0)[index]
+            a_c_spread = np.where(flat_r, 0.0, a_c)
+            a_c_exact_flat = np.where(flat_r & ~noisy, a_c, 0.0)
             self.flat_noisy += float(np.count_nonzero(flat_r & noisy))
         else:
-            self.q_wm += float(a_c @ a_c)
-        self.cross += float(a_c @ a_r)
-        self.real_ss += float(r_c @ r_c)
+            a_r, a_c = r_c, c_c
+            a_c_spread, a_c_exact_flat = a_c, np.zeros_like(a_c)
+        z = c_c - r_c
+        vectors = np.stack([a_r, a_c_spread, a_c_exact_flat, r_c, z, a_c])
+        gram = vectors @ vectors.T
+        self.rollouts += float(real.size)
+        self.spread += float(real.size - np.count_nonzero(flat_r))
+        self.q_real += float(gram[0, 0])
+        self.q_wm += float(gram[1, 1])
+        self.q_wm_flat += float(gram[2, 2])
+        self.cross += float(gram[5, 0])
+        self.real_ss += float(gram[3, 3])
         self.exec_ss += float(exec_var @ (1.0 - 1.0 / m_i))  # centring m values removes 1/m of their noise
-        z_ss = float(z @ z)
-        self.resid_ss += z_ss
+        self.resid_ss += float(gram[4, 4])
         # The previous, reward-scale estimator.
-        self.signal_ss += float(r_c @ r_c)
-        self.error_ss += z_ss
+        self.signal_ss += float(gram[3, 3])
+        self.error_ss += float(gram[4, 4])
         self.dof += float((m - 1).sum())
         if wm_var is not None:
             reported = np.isfinite(wm_var)
@@ -354,20 +367,8 @@ class Fusion:
                 carried = np.where(flat_r, 0.0, exec_var / np.where(flat_r, 1.0, scale))
             self._last_real_advantages = a_r
             self._cross_keys(d, index, m_i, carried, keys)
-        self._paper_update(z, r_c, real, index, n)
+        self._paper_update(np.add.reduceat(z**2, starts), var_r * m, np.add.reduceat(real**2, starts))
         return n
-
-    def _advantages(self, values, centred, var, index, starts) -> tuple[np.ndarray, np.ndarray]:
-        """The update's transform on ragged groups: centred, or standardised with the population std + eps.
-
-        Returns ``(advantages (M,), flat (M,))``, ``flat`` marking groups whose values are all equal.
-        """
-        flat = (np.maximum.reduceat(values, starts) == np.minimum.reduceat(values, starts))[index]
-        if not self.advantages.standardize:
-            return centred, flat
-        with np.errstate(divide="ignore", invalid="ignore"):
-            adv = centred / (np.sqrt(var) + self.advantages.eps)[index]
-        return np.where(flat, 0.0, adv), flat  # all equal: zero advantages, as group_advantages gives
 
     def _cross_keys(self, z, index, m_i, exec_var, keys) -> None:
         """Accumulate the keyed (gradient-geometry) sums of one step's anchor groups.
@@ -429,15 +430,15 @@ class Fusion:
             for key in stale:
                 del self.key_resid[key]
 
-    def _paper_update(self, z, r_c, real, index, n) -> None:
-        """The official per-group disagreement EMA, in arrival order; groups with no real spread skipped."""
+    def _paper_update(self, ss_error, ss_signal, ss_raw) -> None:
+        """The official per-group disagreement EMA, in arrival order; groups with no real spread skipped.
+
+        Args: per group ``Σ z²``, ``Σ (r - r̄)²`` and ``Σ r²``, shape ``(n,)``.
+        """
         cfg = self.config
         alpha = 1.0 - 0.5 ** (1.0 / cfg.paper_half_life_groups)
-        ss_error = np.bincount(index, weights=z**2, minlength=n)
-        ss_signal = np.bincount(index, weights=r_c**2, minlength=n)
-        ss_raw = np.bincount(index, weights=real**2, minlength=n)
         # Relative rule, as in group_disagreement: var(r) <= 1e-12 · mean(r²) counts as no spread.
-        for ss_e, ss_r, ss_mean in zip(ss_error, ss_signal, ss_raw, strict=True):
+        for ss_e, ss_r, ss_mean in zip(ss_error.tolist(), ss_signal.tolist(), ss_raw.tolist(), strict=True):
             if ss_r <= 1e-12 * ss_mean:
                 continue
             d = float(ss_e / ss_r)
