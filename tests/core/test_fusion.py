@@ -296,3 +296,22 @@ def test_state_round_trips_and_rejects_broken_state():
         g.load_state_dict(broken)
     with pytest.raises(ValueError, match="negative"):
         g.load_state_dict(f.state_dict() | {"rollouts": -1.0})
+
+
+@pytest.mark.parametrize("sd", [0.1, 0.3])
+def test_noise_corrected_estimates_match_the_oracle_at_groups_of_eight(sd):
+    """E and N against the errors computed from the true expected rewards (Gaussian execution noise)."""
+    rng = np.random.default_rng(7)
+    f = Fusion(FusionConfig(mode="inverse_variance", min_groups=1, half_life_steps=1e6))
+    true_e, true_n = [], []
+    for _ in range(60):
+        reals, cals, var = [], [], []
+        for _ in range(20):
+            mu = rng.random(8)
+            r, c = mu + rng.normal(0, sd, 8), mu + rng.normal(0, 0.1, 8)
+            reals.append(r), cals.append(c), var.append(np.full(8, sd**2))
+            true_e.append(np.mean((_standardise(c) - _standardise(mu)) ** 2))
+            true_n.append(np.mean((_standardise(r) - _standardise(mu)) ** 2))
+        _feed(f, reals, cals, exec_var=var)
+    assert f.error_var == pytest.approx(np.mean(true_e), abs=0.05)
+    assert f.anchor_error_var == pytest.approx(np.mean(true_n), abs=0.05)
