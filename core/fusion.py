@@ -17,17 +17,12 @@ advantage units (``docs/method.md`` §2 derives every line):
   attenuation): ``E = q_c + q - 2 k/ρ`` with ``q_c`` the world model's mean squared advantage and
   ``k`` its mean product with the real advantages. A per-group positive-affine distortion of the
   real scores has ``E = 0``;
-* the *design effect* ``D = 1 + ψ`` of persistent error: the world model's error on a solution
-  is largely the same every time that solution is graded, so the errors of rollouts that share a
-  solution add up coherently in the accumulated update, while fresh noise does not. ``ψ`` is the sum
-  of the covariances of the world model's errors over pairs of rollouts with the same solution key
-  within the update's memory (kernel ``β^|Δt|``), per unit of error variance: measured on anchor
-  rollouts, within their group and across anchor groups (the latter scaled up by ``(1 - f)/f``, the
-  world-model groups per anchor group), with the execution noise's own covariances removed.
+* persistence: the world model's error on a solution is largely the same every time that solution
+  is graded, so it adds up over the steps of the accumulated update while fresh noise averages out.
 
-A world-model group's gradient then has error variance ``V_wm = q + D·E`` against ``V_a = q + N``
-for an anchor group, and the minimum-variance combination with mean weight 1 weights each group by
-``1/V`` (a group with a share ``s`` of executed rollouts by ``1/(s·V_a + (1 - s)·V_wm)``).
+A world-model group's gradient has error variance ``V_wm`` against ``V_a = q + N`` for an anchor
+group, and the minimum-variance combination with mean weight 1 weights each group by ``1/V`` (a
+group with a share ``s`` of executed rollouts by ``1/(s·V_a + (1 - s)·V_wm)``).
 
 Modes:
 
@@ -36,8 +31,11 @@ Modes:
   of ``E`` persistent and counted ``H = bias_horizon`` times. ``H`` is a constant justified by
   measurement (``wmrl bench synthetic``, ``docs/benchmarks.md``): the measured design effect below
   gives lower anchor weights than the benchmark's dynamics reward. With ``persistence="measured"``
-  and solution keys, ``V_wm = q·κ_s + κ_e(1 + ψ)·E`` from the keyed sums; ``ψ`` is reported
-  (``wmrl/persistence``) whenever keys are given, ``None`` otherwise.
+  and solution keys, ``V_wm = q·κ_s + κ_e(1 + ψ)·E``: rollouts of one solution share a score
+  gradient, so ``κ`` turn per-rollout sums into keyed (gradient-geometry) ones, and ``ψ`` is the
+  error shared with other groups and steps (same-key products across anchor groups within the
+  memory ``β^|Δt|``, scaled by ``(1 - f)/f``, net of execution noise; see :meth:`Fusion._keyed`).
+  ``ψ`` is reported (``wmrl/persistence``) whenever keys are given, ``None`` otherwise.
 * ``inverse_variance``: ``D = 1`` (every error treated as fresh noise).
 * ``paper``: the official heuristic. Anchor weight ``clip(1 + c·s², 1, w_max)`` with ``s²`` an EMA
   (half-life 64 groups) of per-group disagreement and ``c`` frozen after ``warmup_groups`` so that
