@@ -159,7 +159,9 @@ PRESETS = {
     # The default before issue 11: errors in reward units, execution noise ignored, horizon H = 8.
     "wmrl_previous": lambda c: _with(c, fusion={"mode": "mse", "scale": "reward", "bias_horizon": 8.0}),
     "wmrl_measured": lambda c: _with(c, fusion={"mode": "mse", "persistence": "measured"}),
-    "wmrl_rollout": lambda c: _with(c, scheduler={"rollout_share": 0.5}),
+    # The whole execution budget on single rollouts (each group's top-scored solution), no anchor
+    # groups: the arm that won on the benchmark's tuning seeds (docs/benchmarks.md).
+    "wmrl_rollout": lambda c: _with(c, scheduler={"rollout_share": 1.0, "floor": 0}),
     "wmrl_repeats": lambda c: _with(c, scheduler={"repeat_share": 0.25}),
     "wmrl_inverse_variance": lambda c: _with(c, fusion={"mode": "inverse_variance"}),
     "wmrl_mse": lambda c: _with(c, fusion={"mode": "mse"}),
