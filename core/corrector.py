@@ -649,7 +649,10 @@ class Corrector:
 
     def _update_budget(self) -> None:
         cfg = self.config.budget
-        rho = self.fusion.disagreement
+        # The budget follows the reward-scale disagreement E/S, the signal it was designed on: the
+        # advantage-scale E/q rises on its own as groups turn flat late in a run (q falls), which
+        # would push the budget to its cap without the world model getting any worse.
+        rho = self.fusion.reward_disagreement
         if not cfg.adaptive or rho is None or self.fusion.groups_measured < self.config.fusion.min_groups:
             return
         if self.budget_reference is None:

@@ -573,6 +573,13 @@ class Fusion:
         return None if keyed is None else keyed[3]
 
     @property
+    def reward_disagreement(self) -> float | None:
+        """``E/S`` in reward units (the previous estimator's, noise not separated): drives the adaptive budget."""
+        if self.dof <= 0 or self.signal_ss <= 0:
+            return None
+        return self.error_ss / self.signal_ss
+
+    @property
     def disagreement(self) -> float | None:
         """``E / q``: the calibrated world model's error relative to the signal."""
         s, e = self.signal_var, self.error_var
