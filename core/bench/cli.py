@@ -25,6 +25,15 @@ def register(root) -> None:
         action="store_true",
         help="also run the main arms under every kind of execution noise",
     )
+    syn.add_argument(
+        "--arms", default=None, help="comma-separated arms to run (default all; real always runs)"
+    )
+    syn.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override the corrector config every arm starts from, e.g. fusion.bias_horizon=8 (repeatable)",
+    )
     syn.add_argument("--out", default="runs/bench-synthetic", help="output directory")
     over = root.subcommand("bench", "overhead", "corrector step time and debiaser refit time", _overhead)
     over.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
