@@ -173,9 +173,19 @@ class TrainConfig(TrainConfigBase):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        sched = self.corrector.scheduler
         if self.episode.turns > 1:
             require(
-                self.corrector.scheduler.active_share == 0,
-                "corrector.scheduler.active_share must be 0 with episode.turns > 1: anchors are chosen "
-                "before the rollout (their feedback differs), so they cannot depend on world-model scores",
+                sched.active_share == 0 and sched.rollout_share == 0,
+                "corrector.scheduler.active_share and .rollout_share must be 0 with episode.turns > 1: anchors are "
+                "chosen before the rollout (their feedback differs), so they cannot depend on world-model scores",
             )
+            require(
+                sched.repeat_share == 0,
+                "corrector.scheduler.repeat_share must be 0 with episode.turns > 1 (a trajectory's turns are not repeated)",
+            )
+        require(
+            sched.repeat_share == 0 or not self.sandbox.cache,
+            "corrector.scheduler.repeat_share > 0 re-executes scripts to measure execution noise, but the sandbox's "
+            "result cache would answer the repeats with the first result: set sandbox.cache=false",
+        )

@@ -227,7 +227,7 @@ def run_training(
     from wmrl.autoresearch.llm import load_model
     from wmrl.autoresearch.training.data import build_prompt_rows, resolve_training_tasks
     from wmrl.autoresearch.training.episodes import episode_factory
-    from wmrl.autoresearch.training.streams import solution_items
+    from wmrl.autoresearch.training.streams import solution_items, solution_key
     from wmrl.core.completions import CompletionsTable
     from wmrl.core.config import ConfigError
     from wmrl.core.engines.trl import WMRLGRPOTrainer
@@ -311,6 +311,7 @@ def run_training(
             mode=config.mode,
             corrector=config.corrector,
             item_fn=solution_items(),
+            solution_key=solution_key,
             episodes=episode_factory(config.episode, policy.tokenizer) if multi_turn else None,
             turns=config.episode.turns,
             ledger=ledger,
