@@ -395,12 +395,22 @@ def measured_resources(outcome: RawOutcome) -> Resources:
     )
 
 
+def chmod_tree(path: Path, mode: int) -> None:
+    """``chmod`` every real folder of ``path`` (never through a symbolic link).
+
+    A solution can leave links in its work dir (``ln -s / x``); ``os.chmod`` follows links, so
+    only the folders ``os.walk`` itself enters (it never follows links) are changed.
+    """
+    for root, _dirs, _files in os.walk(path, followlinks=False):
+        with contextlib.suppress(OSError):
+            if not os.path.islink(root):
+                os.chmod(root, mode)
+
+
 def _remove_tree(path: Path) -> None:
     """Remove a folder the sandbox made, read-only parts (data copies) included."""
-    for root, dirs, _ in os.walk(path):
-        for d in dirs:
-            with contextlib.suppress(OSError):
-                os.chmod(Path(root) / d, 0o700)
+    if os.geteuid() != 0:  # root needs no write permission to delete
+        chmod_tree(path, 0o700)
     shutil.rmtree(path, ignore_errors=True)
 
 

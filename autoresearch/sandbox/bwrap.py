@@ -44,6 +44,7 @@ from .base import LAUNCHER_PATH, SUBMISSION_NAME, LocalSandbox, kill_process_gro
 from .environment import sandbox_env, system_paths
 from .limits import Limits
 from .solution_env import INSIDE_PATH
+from .staging import readable_by_others
 from .supervisor import SpawnSpec
 from .users import DEFAULT_UID_BASE, SandboxUser, user_policy
 
@@ -180,6 +181,11 @@ class BwrapSandbox(LocalSandbox):
                 raise ValueError("extra_ro_paths must not contain / (that would expose the whole host)")
             if _inside(p, [Path(INSIDE_ROOT), Path(INSIDE_PATH)]):
                 raise ValueError(f"extra_ro_paths entry {p} collides with the sandbox's own folders")
+            if os.geteuid() == 0 and not readable_by_others(p):
+                # bubblewrap runs as the unprivileged sandbox user and binds by path.
+                raise ValueError(
+                    f"extra_ro_paths entry {p} is not readable by other users (chmod o+rX, and its parents o+x)"
+                )
         self._extra = [r for r in extra if not _inside(r, [Path("/usr")])]
         self._hidden = [Path(os.path.realpath(p)) for p in hidden_paths]
         self._system = system_paths(self.solution_env) if self.solution_env is not None else []

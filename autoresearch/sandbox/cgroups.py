@@ -35,7 +35,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CgroupError", "CgroupStats", "CgroupSupport", "ExecutionCgroup", "detect", "remove_stale"]
+__all__ = [
+    "CgroupError",
+    "CgroupStats",
+    "CgroupSupport",
+    "ExecutionCgroup",
+    "detect",
+    "groups_of_pid",
+    "remove_stale",
+]
 
 _counter = itertools.count()
 _counter_lock = threading.Lock()
@@ -395,27 +403,7 @@ class ExecutionCgroup:
             time.sleep(0.005)
 
     def stats(self) -> CgroupStats:
-        if self.support.version == 1:
-            cpu = _read_int(self.dirs["cpuacct"] / "cpuacct.usage") if "cpuacct" in self.dirs else None
-            mem = self.dirs["memory"]
-            oom = _read_keyed(mem / "memory.oom_control").get("oom_kill", 0)
-            pids = self.dirs["pids"]
-            return CgroupStats(
-                cpu_s=cpu / 1e9 if cpu is not None else None,
-                peak_memory_bytes=_read_int(mem / "memory.max_usage_in_bytes"),
-                oom_kills=oom,
-                pids_peak=_read_int(pids / "pids.peak"),
-                pids_limit_hits=_read_keyed(pids / "pids.events").get("max", 0),
-            )
-        d = self.dirs["unified"]
-        usage = _read_keyed(d / "cpu.stat").get("usage_usec")
-        return CgroupStats(
-            cpu_s=usage / 1e6 if usage is not None else None,
-            peak_memory_bytes=_read_int(d / "memory.peak"),
-            oom_kills=_read_keyed(d / "memory.events").get("oom_kill", 0),
-            pids_peak=_read_int(d / "pids.peak"),
-            pids_limit_hits=_read_keyed(d / "pids.events").get("max", 0),
-        )
+        return stats_of(self.support.version, self.dirs)
 
     def remove(self) -> None:
         """Kill what is left and delete the group (its directories)."""
@@ -433,3 +421,62 @@ class ExecutionCgroup:
                         break
                     time.sleep(0.005)  # zombies still being reaped
         self.dirs = {}
+
+
+def stats_of(version: int, dirs: dict[str, Path]) -> CgroupStats:
+    """Accounting of a group given its directory per controller (v1) or ``{"unified": dir}`` (v2)."""
+    if version == 1:
+        cpu = _read_int(dirs["cpuacct"] / "cpuacct.usage") if "cpuacct" in dirs else None
+        mem, pids = dirs.get("memory"), dirs.get("pids")
+        return CgroupStats(
+            cpu_s=cpu / 1e9 if cpu is not None else None,
+            peak_memory_bytes=_read_int(mem / "memory.max_usage_in_bytes") if mem else None,
+            oom_kills=_read_keyed(mem / "memory.oom_control").get("oom_kill", 0) if mem else 0,
+            pids_peak=_read_int(pids / "pids.peak") if pids else None,
+            pids_limit_hits=_read_keyed(pids / "pids.events").get("max", 0) if pids else 0,
+        )
+    d = dirs["unified"]
+    usage = _read_keyed(d / "cpu.stat").get("usage_usec")
+    return CgroupStats(
+        cpu_s=usage / 1e6 if usage is not None else None,
+        peak_memory_bytes=_read_int(d / "memory.peak"),
+        oom_kills=_read_keyed(d / "memory.events").get("oom_kill", 0),
+        pids_peak=_read_int(d / "pids.peak"),
+        pids_limit_hits=_read_keyed(d / "pids.events").get("max", 0),
+    )
+
+
+def groups_of_pid(pid: int) -> tuple[int, dict[str, Path]] | None:
+    """``(version, {controller: directory})`` of the groups ``pid`` is in, as seen from here.
+
+    Used for containers (whose engine made the groups): their accounting and the pids
+    controller's refusals. ``None`` when the process is gone or its groups are not visible.
+    """
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    own = {}
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            for c in parts[1].split(",") if parts[1] else [""]:
+                own[c] = parts[2]
+    dirs: dict[str, Path] = {}
+    unified = None
+    for root, mountpoint, fstype, opts in _mounts():
+        if fstype == "cgroup":
+            for c in ("memory", "pids", "cpuacct"):
+                if c in opts and c in own and c not in dirs:
+                    where = _join(mountpoint, root, own[c])
+                    if where is not None and where.is_dir():
+                        dirs[c] = where
+        elif fstype == "cgroup2" and "" in own and unified is None:
+            where = _join(mountpoint, root, own[""])
+            if where is not None and (where / "memory.max").exists():
+                unified = where
+    if "memory" in dirs and "pids" in dirs:
+        return 1, dirs
+    if unified is not None:
+        return 2, {"unified": unified}
+    return None

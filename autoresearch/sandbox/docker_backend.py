@@ -50,7 +50,7 @@ from .base import (
     measured_resources,
 )
 from .bwrap import _ETC_FILES
-from .cgroups import CgroupStats
+from .cgroups import CgroupStats, groups_of_pid, stats_of
 from .docker_image import ensure_image
 from .environment import sandbox_env, system_paths
 from .limits import Limits
@@ -328,7 +328,8 @@ class DockerSandbox(Sandbox):
                 return ExecutionResult(
                     status="harness_error", reason=f"{why}could not start the container: {exc}"
                 )
-            self._pump(container, stream, out, limits, dest)
+            monitor = _ContainerMonitor(container)
+            self._pump(container, stream, out, limits, dest, monitor)
             try:
                 status = container.wait(timeout=30)
                 code_ = int(status.get("StatusCode", -1))
@@ -340,8 +341,14 @@ class DockerSandbox(Sandbox):
             with contextlib.suppress(Exception):
                 container.reload()
                 oom = bool(container.attrs.get("State", {}).get("OOMKilled"))
+            last = monitor.last
             out.cgroup_stats = CgroupStats(
-                cpu_s=None, peak_memory_bytes=None, oom_kills=int(oom), pids_peak=None, pids_limit_hits=0
+                # CPU from the launcher's rusage: the group is gone before a last sample is taken.
+                cpu_s=None,
+                peak_memory_bytes=last.peak_memory_bytes if last else None,
+                oom_kills=max(int(oom), last.oom_kills if last else 0),
+                pids_peak=last.pids_peak if last else None,
+                pids_limit_hits=last.pids_limit_hits if last else 0,
             )
         finally:
             out.wall_s = time.monotonic() - t0
@@ -363,7 +370,7 @@ class DockerSandbox(Sandbox):
                 dest.unlink()
         return self._result(out, limits, dest)
 
-    def _pump(self, container, stream, out: RawOutcome, limits: Limits, dest: Path) -> None:
+    def _pump(self, container, stream, out: RawOutcome, limits: Limits, dest: Path, monitor) -> None:
         """Read the launcher's frames from the container's stdout until it ends or is killed.
 
         ``stream``: the attach stream, yielding ``(stdout bytes | None, stderr bytes | None)``;
@@ -371,11 +378,22 @@ class DockerSandbox(Sandbox):
         """
         reader = _FrameReader(out, dest, limits.submission_bytes)
 
+        killer: list[threading.Thread] = []
+
         def kill(kind: str, message: str) -> None:
             if out.host_kill is None:
                 out.host_kill = (kind, message)
-            with contextlib.suppress(Exception):
-                container.kill()
+            if killer:
+                return
+
+            def _kill() -> None:
+                with contextlib.suppress(Exception):
+                    container.kill()
+
+            # On another thread: the engine answers the kill only once it has written what the
+            # container printed, so this thread must keep draining the attach stream meanwhile.
+            killer.append(threading.Thread(target=_kill, daemon=True))
+            killer[0].start()
 
         timer = threading.Timer(
             host_deadline_s(limits),
@@ -387,6 +405,12 @@ class DockerSandbox(Sandbox):
         )
         timer.daemon = True
         timer.start()
+        monitor.start(
+            lambda: kill(
+                "processes",
+                f"process limit: the execution tried to hold more than {limits.max_processes} tasks (processes + threads)",
+            )
+        )
         try:
             for chunk, err in stream:
                 if err:
@@ -395,9 +419,12 @@ class DockerSandbox(Sandbox):
                     relay_chunk(out, reader, chunk, limits, kill)
         finally:
             timer.cancel()
+            monitor.stop()
             reader.close()
             with contextlib.suppress(Exception):
                 stream.close()
+            for t in killer:
+                t.join(timeout=30)
 
     def _result(self, out: RawOutcome, limits: Limits, dest: Path) -> ExecutionResult:
         c = classify(out, limits)
@@ -428,7 +455,7 @@ class DockerSandbox(Sandbox):
             resources=resources,
             warnings=[
                 *out.warnings,
-                "docker backend: CPU time and peak memory are the solution's own rusage as reported by the launcher",
+                "docker backend: CPU time is the solution tree's rusage as the launcher measured it; peak memory and tasks are the container cgroup's, sampled every 0.1 s",
             ],
         )
 
@@ -438,3 +465,47 @@ class DockerSandbox(Sandbox):
                 with contextlib.suppress(Exception):
                     self._client.close()
                 self._client = None
+
+
+class _ContainerMonitor:
+    """Samples a running container's cgroups (every 0.1 s) for peak memory, task count and
+    refused forks, and calls ``on_pids_limit`` when the pids controller refuses one (Docker's
+    ``pids_limit`` alone only makes forks fail; this ends the execution as ``killed``)."""
+
+    INTERVAL_S = 0.1
+
+    def __init__(self, container) -> None:
+        self.container = container
+        self.last: CgroupStats | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, on_pids_limit) -> None:
+        try:
+            self.container.reload()
+            pid = int(self.container.attrs["State"]["Pid"])
+        except Exception:
+            return
+        found = groups_of_pid(pid) if pid > 0 else None
+        if found is None:
+            return
+        version, dirs = found
+
+        def loop() -> None:
+            fired = False
+            while not self._stop.is_set():
+                if not all(d.is_dir() for d in dirs.values()):
+                    return  # the container ended: its groups are gone
+                self.last = stats_of(version, dirs)
+                if self.last.pids_limit_hits and not fired:
+                    fired = True
+                    on_pids_limit()
+                self._stop.wait(self.INTERVAL_S)
+
+        self._thread = threading.Thread(target=loop, daemon=True, name="wmrl-docker-monitor")
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

@@ -213,9 +213,8 @@ class SubprocessSandbox(LocalSandbox):
                 )
             if before is not None and _fingerprint(data_dir) != before:
                 warnings.append(f"the public data folder {data_dir} was MODIFIED during this execution")
-            # Restore write permission so the stage folder (with the data copy) can be removed.
-            for root, _dirs, _ in os.walk(stage):
-                os.chmod(root, 0o700)
+            # No chmod here: the work dir is the solution's, and os.chmod follows the links it
+            # may have left there (a test once saw "/" become 0700). The base removes the stage.
             return warnings
 
         # The launcher itself runs with the trainer's interpreter (trusted code, stdlib only); the

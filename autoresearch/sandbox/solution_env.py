@@ -353,9 +353,8 @@ def create(
     }
     (build / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1, sort_keys=True))
     # Read-only for everyone but its owner; readable (and traversable) by the sandbox users.
-    for root, dirs, files in os.walk(build):
-        for d in dirs:
-            os.chmod(Path(root) / d, 0o755)
+    for root, _dirs, files in os.walk(build, followlinks=False):
+        os.chmod(root, 0o755)
         for f in files:
             p = Path(root) / f
             if not p.is_symlink():

@@ -135,14 +135,14 @@ class StagingArea:
         public = scratch / "public"
         shutil.copytree(source, public, symlinks=False)
         files = {}
-        for root, dirs, names in os.walk(public):
-            for d in dirs:
-                os.chmod(Path(root) / d, 0o555)
+        for root, _dirs, names in os.walk(public):
             for n in names:
                 p = Path(root) / n
                 os.chmod(p, 0o444)
                 files[str(p.relative_to(public))] = {"size": p.stat().st_size, "sha256": _hash_file(p)}
-        os.chmod(public, 0o555)
+        # Folders last (bottom-up, never through a link: copytree copied links' targets).
+        for root, _dirs, _names in os.walk(public, topdown=False):
+            os.chmod(root, 0o555)
         # inode and ctime are read after the last chmod: nothing but a change can move them.
         for rel, info in files.items():
             st = os.stat(public / rel)
@@ -194,10 +194,9 @@ class StagingArea:
             return False
 
     def _discard(self, entry: Path) -> None:
-        for root, dirs, _ in os.walk(entry):
-            for d in dirs:
+        if os.geteuid() != 0:  # root needs no write permission to delete
+            for root, _dirs, _names in os.walk(entry, followlinks=False):
                 with contextlib.suppress(OSError):
-                    os.chmod(Path(root) / d, 0o700)
-        with contextlib.suppress(OSError):
-            os.chmod(entry, 0o700)
+                    if not os.path.islink(root):
+                        os.chmod(root, 0o700)
         shutil.rmtree(entry, ignore_errors=True)
