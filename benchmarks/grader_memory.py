@@ -87,11 +87,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
             f.write(b"id,y\n")
             f.truncate(1 << 30)
         cases.append(("1 GiB sparse", sparse))
-        print("| submission | bytes | grader outcome | grader s | grader peak RSS MB | pandas read_csv s | pandas peak RSS MB |")
+        print(
+            "| submission | bytes | grader outcome | grader s | grader peak RSS MB | pandas read_csv s | pandas peak RSS MB |"
+        )
         print("|---|---|---|---|---|---|---|")
         for name, path in cases:
             ours = _run(GRADE, task.id, path)
-            theirs = _run(PANDAS, task.id, path) if "sparse" not in name else {"outcome": "not run", "s": None, "rss_mb": None}
+            theirs = (
+                _run(PANDAS, task.id, path)
+                if "sparse" not in name
+                else {"outcome": "not run", "s": None, "rss_mb": None}
+            )
             row = {"case": name, "bytes": path.stat().st_size, "grader": ours, "pandas": theirs}
             rows.append(row)
 
