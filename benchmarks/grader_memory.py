@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             f.truncate(1 << 30)
         cases.append(("1 GiB sparse", sparse))
         print(
-            "| submission | bytes | grader outcome | grader s | grader peak RSS MB | pandas read_csv s | pandas peak RSS MB |"
+            "| submission | bytes | grader outcome | grader s | grader peak RSS MB (+ over its start) "
+            "| pandas read_csv s | pandas peak RSS MB (+ over its start) |"
         )
         print("|---|---|---|---|---|---|---|")
         for name, path in cases:
@@ -104,9 +105,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
             def fmt(x, d=2):
                 return "-" if x is None else f"{x:.{d}f}"
 
+            def mem(r):
+                if r.get("rss_mb") is None:
+                    return "-"
+                return f"{r['rss_mb']:.0f} (+{r['rss_mb'] - r['start_mb']:.0f})"
+
             print(
-                f"| {name} | {row['bytes']} | {ours['outcome']} | {fmt(ours['s'])} | {fmt(ours['rss_mb'], 0)} | "
-                f"{fmt(theirs['s'])} | {fmt(theirs['rss_mb'], 0)} |",
+                f"| {name} | {row['bytes']} | {ours['outcome']} | {fmt(ours['s'])} | {mem(ours)} | "
+                f"{fmt(theirs['s'])} | {mem(theirs)} |",
                 flush=True,
             )
     print(f"\nload average at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
