@@ -223,3 +223,26 @@ def test_pool_disk_cache_forgets_rejected_bytes(tmp_path, sandboxes):
     assert hit.cached and hit.submission is None
     assert hit.submission_verdict == {"code": "wrong_columns", "reason": "the columns must be ..."}
     assert not list(Path(tmp_path / "cache").rglob("submission.csv"))
+
+
+def test_autoresearch_never_imports_the_embodied_domain():
+    """The domains do not import each other (staging once imported wmrl.embodied to hide it)."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2] / "autoresearch"
+    offenders = []
+    for path in root.rglob("*.py"):
+        if "fidelity/corpus" in str(path):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            offenders += [
+                f"{path.relative_to(root)}: {n}" for n in names if n.startswith(("wmrl.embodied", "embodied"))
+            ]
+        if "wmrl.embodied" in path.read_text():
+            offenders.append(f"{path.relative_to(root)}: mentions wmrl.embodied")
+    assert not offenders, offenders
