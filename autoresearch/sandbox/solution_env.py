@@ -21,7 +21,7 @@ Its default place is ``/opt/wmrl/solution-env-<digest>`` (root) or
 mounted read-only at :data:`INSIDE_PATH`; the test ``test_label_recovery.py`` checks, for every
 bundled task, that nothing a solution can read there (or anywhere else) reveals test labels.
 
-Build it with ``python -m wmrl.autoresearch.sandbox.solution_env create`` (``.ci/setup`` does).
+Build it with ``python -m wmrl.autoresearch.sandbox.make_solution_env create`` (``.ci/setup`` does).
 """
 
 from __future__ import annotations
@@ -202,7 +202,7 @@ class SolutionEnv:
     def __post_init__(self) -> None:
         path = Path(os.path.abspath(self.path))
         object.__setattr__(self, "path", path)
-        hint = f"build it with: {sys.executable} -m wmrl.autoresearch.sandbox.solution_env create {path}"
+        hint = f"build it with: {sys.executable} -m wmrl.autoresearch.sandbox.make_solution_env create {path}"
         python = path / "bin" / "python"
         if not python.exists():
             raise SolutionEnvError(f"no solution environment at {path} (no bin/python); {hint}")
@@ -368,7 +368,7 @@ def create(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m wmrl.autoresearch.sandbox.solution_env")
+    parser = argparse.ArgumentParser(prog="python -m wmrl.autoresearch.sandbox.make_solution_env")
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("create", help="build the environment (idempotent)")
     c.add_argument("path", nargs="?", default=None)
