@@ -128,6 +128,9 @@ OPTIONAL = {
 
 
 def pytest_collection_modifyitems(config, items):
+    # WMRL_REQUIRE="bwrap,docker": CI installs these; there a missing one fails the run instead of
+    # skipping its tests quietly.
+    required = {m.strip() for m in os.environ.get("WMRL_REQUIRE", "").split(",") if m.strip()}
     cache: dict[str, bool] = {}
     for item in items:
         for name, (probe, reason) in OPTIONAL.items():
@@ -136,4 +139,6 @@ def pytest_collection_modifyitems(config, items):
             if name not in cache:
                 cache[name] = bool(probe())
             if not cache[name]:
+                if name in required:
+                    pytest.exit(f"WMRL_REQUIRE names {name!r} but {reason}", returncode=1)
                 item.add_marker(pytest.mark.skip(reason=reason))
