@@ -22,6 +22,7 @@ from wmrl.autoresearch.worldmodel.model import WorldModelConfig
 from wmrl.core.config import require
 from wmrl.core.corrector import CorrectorConfig
 from wmrl.core.debias import DebiasConfig
+from wmrl.core.engines.ray.config import RayPoolConfig
 from wmrl.core.fusion import FusionConfig
 from wmrl.core.train_config import TrainConfigBase
 
@@ -98,6 +99,10 @@ class SandboxSection:
         memory_limit_mb: memory limit of one execution in MiB (``null``: the task's own).
         workers: executions run concurrently.
         cache: keep an in-memory result cache keyed by (task, code hash) for resubmitted scripts.
+        pool: ``local`` (threads on this machine) or ``ray`` (Ray workers on any node of a cluster,
+            each running ``backend``; ``docs/scale-out.md``).
+        ray: the Ray pool (``pool: ray``): cluster address, slots (= ``workers``), resources per
+            slot, retries on another node, deadline.
     """
 
     backend: Literal["bwrap", "docker", "subprocess", "auto"] = "bwrap"
@@ -105,6 +110,8 @@ class SandboxSection:
     memory_limit_mb: int | None = 2048
     workers: int = 2
     cache: bool = True
+    pool: Literal["local", "ray"] = "local"
+    ray: RayPoolConfig = field(default_factory=RayPoolConfig)
 
     def __post_init__(self) -> None:
         require(
@@ -114,6 +121,17 @@ class SandboxSection:
         if self.memory_limit_mb is not None:
             _positive_int(self.memory_limit_mb, "sandbox.memory_limit_mb", 64)
         _positive_int(self.workers, "sandbox.workers")
+        if self.pool == "ray":
+            require(
+                self.backend != "auto",
+                "sandbox.backend must be named (bwrap, docker or subprocess) with sandbox.pool=ray: the "
+                "nodes may differ, and the run must say what isolates the agent's code",
+            )
+            require(
+                self.ray.slots == self.workers,
+                f"sandbox.workers ({self.workers}, executions in flight) must equal sandbox.ray.slots "
+                f"({self.ray.slots}, Ray workers) with sandbox.pool=ray",
+            )
 
 
 @dataclass(frozen=True)

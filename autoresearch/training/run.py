@@ -102,16 +102,20 @@ def build_anchor(config: TrainConfig, tasks_by_ref: dict[str, Any]):
     from wmrl.autoresearch.sandbox import SandboxPool, backend_problems, make_sandbox
     from wmrl.autoresearch.tasks import load_task
 
-    sandbox = make_sandbox(config.sandbox.backend)
-    if getattr(sandbox, "problem", None):
-        working = [name for name, problem in backend_problems().items() if problem is None]
-        raise SandboxUnavailable(
-            f"sandbox backend {config.sandbox.backend!r} cannot run here: {sandbox.problem}. Backends that can: "
-            f"{working} (choose one with sandbox.backend=NAME; 'subprocess' does NOT isolate the agent's code)"
-        )
-    pool = SandboxPool(
-        sandbox, slots=config.sandbox.workers, cache="memory" if config.sandbox.cache else None
-    )
+    cache = "memory" if config.sandbox.cache else None
+    if config.sandbox.pool == "ray":  # the backend runs on the Ray workers; they report what fails there
+        from wmrl.autoresearch.sandbox.ray_pool import make_ray_sandbox_pool
+
+        pool = make_ray_sandbox_pool(config.sandbox.backend, config.sandbox.ray, cache=cache)
+    else:
+        sandbox = make_sandbox(config.sandbox.backend)
+        if getattr(sandbox, "problem", None):
+            working = [name for name, problem in backend_problems().items() if problem is None]
+            raise SandboxUnavailable(
+                f"sandbox backend {config.sandbox.backend!r} cannot run here: {sandbox.problem}. Backends that can: "
+                f"{working} (choose one with sandbox.backend=NAME; 'subprocess' does NOT isolate the agent's code)"
+            )
+        pool = SandboxPool(sandbox, slots=config.sandbox.workers, cache=cache)
     grader = ExecutionGrader(
         sandbox=pool, time_limit_s=config.sandbox.time_limit_s, memory_limit_mb=config.sandbox.memory_limit_mb
     )
@@ -144,6 +148,15 @@ def build_world_model(config: TrainConfig, tasks_by_ref: dict[str, Any], device:
         return from_task(task, environment=env, config=budget, tokens=loaded.tokenizer)
 
     return WorldModel(backend, section, overview_fn=overview, tokens=loaded.tokenizer)
+
+
+def _pool_metrics(anchor):
+    """The real-execution pool's counters (``pool/*``: cache, and a Ray pool's workers, retries, losses)."""
+    if anchor is None:
+        return None
+    from wmrl.autoresearch.sandbox.ray_pool import pool_metrics
+
+    return lambda: pool_metrics(anchor.grader.sandbox)
 
 
 def _grpo_args(config: TrainConfig, out_dir: Path, device: str):
@@ -319,6 +332,7 @@ def run_training(
             completions_to_print=config.logging.completions_to_print if config.logging.completions else 0,
             peft_config=_peft_config(config),
             callbacks=[run_log],
+            metrics_fn=_pool_metrics(anchor),
         )
         trainer.on_phase = run_log.set_phase
         # our own bar and log writer replace transformers' (which print every log dict to stdout)

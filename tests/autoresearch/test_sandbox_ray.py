@@ -28,6 +28,27 @@ def task(tmp_path_factory):
     return make_toy_task(tmp_path_factory.mktemp("tasks"))
 
 
+@pytest.fixture(scope="module")
+def coder(tmp_path_factory):
+    """The tiny coder of ``test_training_real.py`` (a tiny LM taught to write four kinds of scripts)
+    and a dataset of prompts on two toy tasks."""
+    from datasets import Dataset
+
+    from wmrl.autoresearch.training.tiny_coder import train_tiny_coder
+
+    root = tmp_path_factory.mktemp("coder-tasks")
+    make_toy_task(root, "toy-regression", time_limit_s=30)
+    make_toy_task(root, "toy-binary", kind="binary", time_limit_s=30)
+    prompt = [{"role": "user", "content": "Write a script for the task."}]
+    rows = [
+        {"prompt": prompt, "prompt_id": f"{t}-{k}", "task_id": t, "task_ref": str(root / t)}
+        for k, t in enumerate(("toy-regression", "toy-binary") * 2)
+    ]
+    folder = tmp_path_factory.mktemp("coder")
+    train_tiny_coder([prompt], save_to=folder)
+    return {"coder": folder, "dataset": Dataset.from_list(rows)}
+
+
 def _pool(config, **kw):
     from wmrl.autoresearch.sandbox.ray_pool import make_ray_sandbox_pool
 
@@ -161,3 +182,101 @@ def test_public_data_is_shipped_to_nodes_that_lack_it(ray_cluster, task):
     # shipped: the node's own unpacked copy; auto on one host: the task's folder in place
     assert "wmrl-ray-data" in shown["always"] and str(task.public_dir) not in shown["always"]
     assert shown["auto"] == f"DATA={task.public_dir}"
+
+
+@pytest.mark.trl
+@pytest.mark.bwrap
+def test_grpo_trains_on_real_execution_from_the_ray_pool(ray_cluster, tmp_path, coder):
+    """WMRLGRPOTrainer with its anchor on Ray workers (bubblewrap on each): every real reward the
+    corrector gets is what a local re-grading gives, and the pool's counters reach the log."""
+    from cpu_grpo import cpu_grpo_config
+    from test_training_real import Recorder
+
+    from wmrl.autoresearch.grading import ExecutionGrader
+    from wmrl.autoresearch.llm import load_model
+    from wmrl.autoresearch.sandbox.ray_pool import make_ray_sandbox_pool, pool_metrics
+    from wmrl.autoresearch.tasks import Solution, load_task
+    from wmrl.core.corrector import CorrectorConfig
+    from wmrl.core.debias import DebiasConfig
+    from wmrl.core.engines.trl import WMRLGRPOTrainer
+
+    pool = make_ray_sandbox_pool("bwrap", RayPoolConfig(slots=2, resources={"sandbox": 1}, timeout_s=120))
+    try:
+        anchor = ExecutionRewardSource(ExecutionGrader(sandbox=pool), max_workers=2)
+        policy = load_model(coder["coder"])
+        args = cpu_grpo_config(
+            tmp_path / "out",
+            per_device_train_batch_size=8,
+            num_generations=4,
+            max_completion_length=96,
+            max_steps=2,
+            save_strategy="no",
+            seed=0,
+            temperature=1.0,
+        )
+        trainer = WMRLGRPOTrainer(
+            model=policy.model,
+            processing_class=policy.tokenizer,
+            args=args,
+            train_dataset=coder["dataset"],
+            corrector=CorrectorConfig.preset("real", base=CorrectorConfig(debias=DebiasConfig(min_pairs=4))),
+            mode="real",
+            anchor=anchor,
+            metrics_fn=lambda: pool_metrics(pool),
+        )
+        rec = Recorder(trainer)
+        trainer.train()
+        nodes = pool.sandbox.pool.node_items()
+    finally:
+        pool.sandbox.close()
+        pool.close()
+    regrade = ExecutionGrader(backend="bwrap")
+    items, checked, ran = iter(rec.items), 0, 0
+    for plan, _wm, real, _result in rec.corrections:
+        for g in range(real.shape[0]):
+            for j in range(real.shape[1]):
+                item = next(items)
+                if plan.anchor[g] and isinstance(item, Solution):
+                    expected = regrade.grade(load_task(item.task_id), item.code)
+                    assert real[g, j] == pytest.approx(expected.reward, abs=1e-12)
+                    checked += 1
+                    ran += expected.status != "syntax_error"  # a syntax error never reaches a sandbox
+    assert checked, "no script was graded"
+    logged = [h for h in trainer.state.log_history if "pool/items_done" in h]
+    assert len(logged) == 2
+    last = logged[-1]
+    # every execution that reached the pool ran on a Ray worker, or was answered by the shared cache
+    assert last["pool/items_done"] == last["pool/cache_misses"]
+    assert last["pool/items_done"] + last["pool/cache_hits"] == ran
+    assert last["pool/items_unknown"] == 0 and last["pool/nodes"] == 2
+    assert sum(nodes.values()) == last["pool/items_done"]
+
+
+def test_the_training_config_builds_its_anchor_on_the_ray_pool(ray_cluster, task):
+    from wmrl.autoresearch.sandbox.ray_pool import RaySandbox
+    from wmrl.autoresearch.training.config import TrainConfig
+    from wmrl.autoresearch.training.run import _pool_metrics, build_anchor
+    from wmrl.core.config import ConfigError, from_dict
+
+    values = {
+        "sandbox": {
+            "pool": "ray",
+            "backend": "subprocess",
+            "workers": 2,
+            "ray": {"address": ray_cluster.address, "slots": 2, "resources": {"sandbox": 1}},
+        }
+    }
+    config = from_dict(TrainConfig, values)
+    anchor = build_anchor(config, {task.id: task})
+    pool = anchor.grader.sandbox
+    try:
+        assert isinstance(pool.sandbox, RaySandbox) and pool.slots == 2
+        assert anchor.grade([(task, TOY_SOLUTION)])[0].status == "valid"
+        assert _pool_metrics(anchor)()["pool/items_done"] == 1
+    finally:
+        pool.sandbox.close()
+        pool.close()
+    with pytest.raises(ConfigError, match=r"must equal sandbox\.ray\.slots"):
+        from_dict(TrainConfig, {"sandbox": {"pool": "ray", "backend": "subprocess", "workers": 3}})
+    with pytest.raises(ConfigError, match="must be named"):
+        from_dict(TrainConfig, {"sandbox": {"pool": "ray", "backend": "auto", "workers": 1}})

@@ -180,6 +180,8 @@ class WMRLGRPOTrainer(GRPOTrainer):
             ``anchor_status/<label>`` share every step (labels not listed appear when seen).
         completions: write each batch's completions table here (``None``: not written).
         completions_to_print: rows of it printed per step (main process).
+        metrics_fn: ``() -> {name: value}`` logged every step beside the corrector's (e.g. the real-
+            execution pool's ``pool/*`` counters); each rank logs its own process's.
         processing_class, callbacks, peft_config: as in TRL.
     """
 
@@ -202,6 +204,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
         statuses: Sequence[str] = (),
         completions: CompletionsTable | None = None,
         completions_to_print: int = 0,
+        metrics_fn: Callable[[], Mapping[str, float | None]] | None = None,
         processing_class: Any = None,
         callbacks: Sequence[TrainerCallback] | None = None,
         peft_config: Any = None,
@@ -239,6 +242,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
         self.statuses = tuple(dict.fromkeys([*statuses, "unknown"]))  # unknown: a source without labels
         self.completions = completions
         self.completions_to_print = completions_to_print
+        self.metrics_fn = metrics_fn
         self.stopped_early = False
         #: called with the phase of the step in progress ("generation", "scoring", "update"), for progress
         self.on_phase: Callable[[str], None] = lambda name: None
@@ -466,6 +470,10 @@ class WMRLGRPOTrainer(GRPOTrainer):
         if statuses:  # every known status every time, so averages over logging windows stay shares
             for status in dict.fromkeys([*self.statuses, *statuses]):
                 metrics[f"anchor_status/{status}"].append(statuses.count(status) / len(statuses))
+        if self.metrics_fn is not None:
+            for key, value in self.metrics_fn().items():
+                if value is not None:  # unknown is not zero
+                    metrics[key].append(float(value))
 
     def _write_completions(self, step: _Step, output: dict[str, Any]) -> None:
         if self.completions is None and not self.completions_to_print:
