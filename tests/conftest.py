@@ -14,6 +14,7 @@ import importlib.util
 import os
 import shutil
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -81,6 +82,14 @@ def _cuda() -> bool:
         return False
 
 
+#: The second environment in which verl runs (verl needs numpy>=2; the embodied stack numpy<2).
+VERL_PYTHON = Path(__file__).resolve().parents[1] / ".venv-verl" / "bin" / "python"
+
+# tests/verl_env/ imports verl: it is collected only inside the verl environment (run there by
+# tests/core/test_verl_engine.py), never by the main suite, where verl is not installed.
+collect_ignore_glob = [] if importlib.util.find_spec("verl") is not None else ["verl_env/*"]
+
+
 # marker -> (probe, reason shown when skipped)
 OPTIONAL = {
     "trl": (
@@ -103,6 +112,7 @@ OPTIONAL = {
     ),
     "docker": (_docker_answers, "no Docker engine answers here"),
     "gpu": (_cuda, "no CUDA device"),
+    "verl": (VERL_PYTHON.exists, "the verl environment .venv-verl is not built (bash .ci/setup)"),
 }
 
 
