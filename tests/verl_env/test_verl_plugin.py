@@ -10,7 +10,6 @@ backend), which are CUDA-only; ``test_a_full_step_needs_a_rollout_server`` pins 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import sys
@@ -135,7 +134,7 @@ def test_the_reward_manager_scores_a_real_dataproto(wmrl_config):
     async def score_all():
         return [await manager.run_single(data[i : i + 1]) for i in range(len(data))]
 
-    outputs = asyncio.run(score_all())
+    outputs = manager.loop.run_until_complete(score_all())  # verl's worker loop (get_event_loop)
     scores = [o["reward_score"] for o in outputs]
     assert scores[:2] == [0.5, 0.4] and math.isnan(scores[2]) and scores[3] == 0.1  # 'axe' is unknown, not 0
     for out, text in zip(outputs, responses, strict=True):

@@ -560,8 +560,6 @@ class WMRLGRPOTrainer(GRPOTrainer):
 
     def turn_context(self, step: _Step) -> TurnContext:
         """Everything the K-turn rollout of this rank's rows needs (see :mod:`.multiturn`)."""
-        if self.use_vllm:
-            raise ValueError("K-turn rollouts generate with the in-process model here; set use_vllm=False")
         return TurnContext(
             rows=step.inputs,
             anchor=self.local_anchor_rows(step),
@@ -571,12 +569,38 @@ class WMRLGRPOTrainer(GRPOTrainer):
             turns=self.turns,
             tokenizer=self.processing_class,
             template_kwargs=dict(self.chat_template_kwargs or {}),
-            generate=self._generate_tokens,
+            generate=self._generate_tokens_vllm if self.use_vllm else self._generate_tokens,
             max_new_tokens=self.max_completion_length,
             stop_token_ids=set(self.eos_token_ids),
             seconds=step.add_time,
             statuses=step.statuses,
+            sampling_logprobs=bool(self.use_vllm),
         )
+
+    def _generate_tokens_vllm(
+        self, contexts: list[list[int]], max_new_tokens: int
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """One reply per context from TRL's vLLM (colocate or server; TRL synced the weights before the
+        rollout): the token ids through the first stop token and vLLM's log-prob of each.
+
+        vLLM caps replies at ``max_completion_length``, which is what K-turn episodes use per turn.
+        In server mode this is a collective (every rank calls it once per turn, K times)."""
+        if max_new_tokens != self.max_completion_length:
+            raise ValueError(
+                "vLLM generation caps replies at max_completion_length; K-turn turns use that cap"
+            )
+        _, completion_ids, logprobs, _ = self.vllm_generation.generate(
+            prompts=contexts, images=None, num_generations=1
+        )
+        stops = set(self.eos_token_ids)
+        replies, reply_logprobs = [], []
+        for ids, lps in zip(completion_ids, logprobs, strict=True):
+            ids = list(ids)
+            end = next((k + 1 for k, token in enumerate(ids) if token in stops), len(ids))
+            replies.append(ids[:end])
+            # vLLM gives per token a list (sampled token first); None where vLLM had no number (NaN)
+            reply_logprobs.append([float("nan") if lp[0] is None else float(lp[0]) for lp in lps[:end]])
+        return replies, reply_logprobs
 
     def _generate_tokens(self, contexts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
         """Sample one reply per context with the policy; the new token ids through the first stop token."""
