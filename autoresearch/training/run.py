@@ -130,24 +130,55 @@ def build_world_model(config: TrainConfig, tasks_by_ref: dict[str, Any], device:
     """The world model: a frozen copy of ``world_model.backend.path`` (default: the agent's backbone)."""
     from wmrl.autoresearch.agent.environment import SandboxEnvironment
     from wmrl.autoresearch.agent.overview import OverviewConfig, from_task
-    from wmrl.autoresearch.llm import TransformersBackend, load_model
     from wmrl.autoresearch.worldmodel import WorldModel
 
     section = config.world_model
-    loaded = load_model(section.backend.path or config.model.path, dtype=config.model.dtype, device=device)
-    for parameter in loaded.model.parameters():
-        parameter.requires_grad_(False)
-    backend = TransformersBackend(
-        loaded.model, loaded.tokenizer, model_id=loaded.model_id, batch_size=section.backend.batch_size
-    )
+    spec = section.backend.path or config.model.path
+    backend, tokenizer = _world_model_backend(section.backend, spec, config.model.dtype, device)
     budget = OverviewConfig(max_tokens=section.overview_tokens)
 
     def overview(ref: str) -> str:
         task = tasks_by_ref[ref]
         env = SandboxEnvironment.from_task(task, libraries=AGENT_LIBRARIES)
-        return from_task(task, environment=env, config=budget, tokens=loaded.tokenizer)
+        return from_task(task, environment=env, config=budget, tokens=tokenizer)
 
-    return WorldModel(backend, section, overview_fn=overview, tokens=loaded.tokenizer)
+    return WorldModel(backend, section, overview_fn=overview, tokens=tokenizer)
+
+
+def _world_model_backend(settings, spec: str, dtype: str, device: str):
+    """``(backend, tokenizer)`` of ``world_model.backend.kind``: the frozen model in process
+    (transformers), vLLM's offline engine, or OpenAI-compatible servers (``vllm serve`` per GPU)."""
+    from wmrl.autoresearch.llm import TransformersBackend, load_model, load_tokenizer
+
+    if settings.kind == "openai":  # the servers hold the model; only its tokenizer is loaded here
+        from wmrl.autoresearch.llm.endpoints import EndpointPool
+
+        pool = EndpointPool(
+            settings.endpoints,
+            timeout_s=settings.timeout_s,
+            max_retries=settings.retries,
+            concurrency=settings.concurrency,
+        )
+        return pool, load_tokenizer(spec)
+    if settings.kind == "vllm":
+        from wmrl.autoresearch.llm import VLLMBackend
+
+        return (
+            VLLMBackend(
+                spec, gpu_memory_utilization=settings.gpu_memory_utilization, dtype=_VLLM_DTYPES[dtype]
+            ),
+            load_tokenizer(spec),
+        )
+    loaded = load_model(spec, dtype=dtype, device=device)
+    for parameter in loaded.model.parameters():
+        parameter.requires_grad_(False)
+    backend = TransformersBackend(
+        loaded.model, loaded.tokenizer, model_id=loaded.model_id, batch_size=settings.batch_size
+    )
+    return backend, loaded.tokenizer
+
+
+_VLLM_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 
 
 def _pool_metrics(anchor):
@@ -186,8 +217,32 @@ def _grpo_args(config: TrainConfig, out_dir: Path, device: str):
         # On a CPU: no bf16 and no gradient checkpointing (both make GRPO several times slower there).
         use_cpu=on_cpu,
         bf16=(not on_cpu) and config.model.dtype == "bfloat16",
-        gradient_checkpointing=False,
+        gradient_checkpointing=g.gradient_checkpointing and not on_cpu,
+        **_vllm_args(g, on_cpu),
     )
+
+
+def _vllm_args(g, on_cpu: bool) -> dict:
+    """TRL's vLLM settings from ``grpo.use_vllm`` (refused on a CPU: vLLM's wheel is CUDA-only)."""
+    from wmrl.core.config import ConfigError
+
+    if g.gradient_checkpointing and on_cpu:
+        raise ConfigError(
+            "grpo.gradient_checkpointing=true on a CPU makes GRPO several times slower; it is for GPUs "
+            "(model.device=cuda)"
+        )
+    if not g.use_vllm:
+        return {}
+    if on_cpu:
+        raise ConfigError("grpo.use_vllm=true needs a GPU (vLLM is CUDA-only): set model.device=cuda")
+    args = {
+        "use_vllm": True,
+        "vllm_mode": g.vllm_mode,
+        "vllm_gpu_memory_utilization": g.vllm_gpu_memory_utilization,
+    }
+    if g.vllm_server_base_url is not None:
+        args["vllm_server_base_url"] = g.vllm_server_base_url
+    return args
 
 
 def _peft_config(config: TrainConfig):
