@@ -37,4 +37,6 @@ def test_the_world_model_check_runs_on_two_backends():
     # the tiny model's context is too short for most corpus prompts (unknown, with a reason); the
     # scripts it can read get the same value from both backends
     assert result["items"] == 16 and result["max_abs_difference"] == 0.0
-    assert result["vllm_items_per_s"] > 0 and result["unknown"]["vllm"] == result["unknown"]["transformers"] < 16
+    assert (
+        result["vllm_items_per_s"] > 0 and result["unknown"]["vllm"] == result["unknown"]["transformers"] < 16
+    )

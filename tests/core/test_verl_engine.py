@@ -45,3 +45,27 @@ def test_the_plugin_against_real_verl_in_its_environment():
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
     assert " passed" in done.stdout and "skipped" not in done.stdout.splitlines()[-1], done.stdout[-2000:]
+
+
+def test_the_4b_example_names_factories_that_exist():
+    import importlib
+    import sys
+
+    from wmrl.core.config import load_config
+
+    config = load_config(VerlConfig, ROOT / "examples" / "verl" / "wmrl_4b.yaml")
+    assert config.mode.value == "wmrl" and config.corrector.scheduler.fraction == 0.1
+    sys.path.insert(0, str(ROOT))
+    try:
+        for spec in (config.world_model, config.anchor, config.item_fn):
+            module, _, name = spec.partition(":")
+            assert callable(getattr(importlib.import_module(module), name))
+    finally:
+        sys.path.remove(str(ROOT))
+    launch = (ROOT / "examples" / "verl" / "launch_4b.sh").read_text()
+    for needed in (
+        "trainer.v1.trainer_mode=wmrl_sync",
+        "algorithm.adv_estimator=wmrl",
+        "reward.reward_manager.name=wmrl",
+    ):
+        assert needed in launch

@@ -257,3 +257,26 @@ def test_a_full_step_needs_a_rollout_server():
     from verl.workers.rollout.base import _ROLLOUT_REGISTRY
 
     assert {name for name, _mode in _ROLLOUT_REGISTRY} == {"vllm", "sglang", "trtllm"}
+
+
+def test_the_4b_launch_overrides_compose_with_verls_own_config():
+    """Every override of examples/verl/launch_4b.sh is a key of verl 0.9.1's ppo_trainer config (Hydra
+    composes them; a misspelt or misplaced key fails here, not on a rented cluster)."""
+    import re
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_module
+
+    script = (Path(__file__).resolve().parents[2] / "examples" / "verl" / "launch_4b.sh").read_text()
+    body = script.split("verl.trainer.main_ppo", 1)[1].split('"$@"', 1)[0]
+    overrides = []
+    for line in body.splitlines():
+        line = line.strip().rstrip("\\").strip().replace('"', "")
+        if not line:
+            continue
+        # the script's shell values: any stand-in will do for composing
+        overrides.append(re.sub(r"\$\{?[A-Za-z_]+(?::[-?][^}]*)?\}?", "x", line))
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        config = compose(config_name="ppo_trainer", overrides=overrides)
+    assert config.trainer.v1.trainer_mode == "wmrl_sync" and config.algorithm.adv_estimator == "wmrl"
+    assert config.reward.reward_manager.name == "wmrl" and config.actor_rollout_ref.rollout.n == 8
