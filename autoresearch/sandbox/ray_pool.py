@@ -77,7 +77,11 @@ class _Runner:
             if key in self._data:
                 return self._data[key]
             path = Path(job["data_dir"])
-            if job["data"] is None and path.is_dir() and data_fingerprint(path) == key:
+            if (
+                (job["data"] is None or job["prefer_local"])
+                and path.is_dir()
+                and data_fingerprint(path) == key
+            ):
                 self._data[key] = path  # the same folder, same files: use it in place
                 return path
             if job["data"] is None:
@@ -169,7 +173,8 @@ class RaySandbox(Sandbox):
         backend: the sandbox backend each worker runs (``bwrap``, ``docker``, ``subprocess``).
         config: the Ray pool (slots, resources per slot, retries, deadline).
         options: the backend's keyword arguments.
-        ship_data: ``auto`` (ship a task's public data to workers on other hosts), ``always``,
+        ship_data: ``auto`` (ship a task's public data unless every worker is on this host; a worker
+            that has the same folder uses it in place), ``always`` (workers use the shipped copy),
             ``never`` (the data must be at the same path on every node).
         output_root: where submissions that came back are kept (default: a temporary folder).
     """
@@ -202,8 +207,10 @@ class RaySandbox(Sandbox):
     def _data_ref(self, data_dir: Path, fingerprint: str) -> Any:
         if self.ship_data == "never":
             return None
-        if self.ship_data == "auto" and all(w.host == self._host for w in self.pool.workers()):
+        workers = self.pool.workers()
+        if self.ship_data == "auto" and workers and all(w.host == self._host for w in workers):
             return None  # every worker is on this machine: the folder is there
+        # (no worker up yet: ship, in case they are elsewhere; a worker that has the folder uses it)
         import ray
 
         with self._lock:
@@ -220,6 +227,7 @@ class RaySandbox(Sandbox):
             "data_dir": str(data_dir),
             "fingerprint": fingerprint,
             "data": self._data_ref(data_dir, fingerprint),
+            "prefer_local": self.ship_data != "always",
             "limits": limits.to_dict(),
         }
         value = self.pool.submit(job).result()
