@@ -14,6 +14,7 @@ import importlib.util
 import os
 import shutil
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MUJOCO_GL", "osmesa")
 os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+# Ray 2.60 turns token authentication on by default; the clusters tests start have no token.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
 def _unused_local_port() -> int:
@@ -102,6 +106,14 @@ def _cuda() -> bool:
         return False
 
 
+#: The second environment in which verl runs (verl needs numpy>=2; the embodied stack numpy<2).
+VERL_PYTHON = Path(__file__).resolve().parents[1] / ".venv-verl" / "bin" / "python"
+
+# tests/verl_env/ imports verl: it is collected only inside the verl environment (run there by
+# tests/core/test_verl_engine.py), never by the main suite, where verl is not installed.
+collect_ignore_glob = [] if importlib.util.find_spec("verl") is not None else ["verl_env/*"]
+
+
 # marker -> (probe, reason shown when skipped)
 OPTIONAL = {
     "trl": (
@@ -124,7 +136,35 @@ OPTIONAL = {
     ),
     "docker": (_docker_answers, "no Docker engine answers here"),
     "gpu": (_cuda, "no CUDA device"),
+    "verl": (VERL_PYTHON.exists, "the verl environment .venv-verl is not built (bash .ci/setup)"),
 }
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A real Ray cluster of several raylets on this machine, and this process connected as its driver.
+
+    Head (no CPUs: no work lands there) + two worker nodes with one ``sandbox`` slot each + one node
+    declaring two GPUs (Ray assigns GPU ids and sets ``CUDA_VISIBLE_DEVICES`` whether or not the
+    devices exist). Tests may add nodes (``ray_cluster.add_node``) and kill them; every node is
+    stopped by the session id of the process the cluster started, never with ``ray stop``.
+    """
+    import ray
+
+    from wmrl.core.engines.ray import LocalCluster
+
+    cluster = LocalCluster(head_cpus=0, memory_mb=1024, object_store_mb=80)
+    try:
+        cluster.add_node(cpus=1, resources={"sandbox": 1})
+        cluster.add_node(cpus=1, resources={"sandbox": 1})
+        cluster.add_node(cpus=2, gpus=2, resources={"gpu_node": 2})
+        ray.init(address=cluster.address, log_to_driver=False)
+        cluster.wait_for_nodes(4)
+        yield cluster
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        cluster.stop()
 
 
 def pytest_collection_modifyitems(config, items):

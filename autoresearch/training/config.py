@@ -22,6 +22,7 @@ from wmrl.autoresearch.worldmodel.model import WorldModelConfig
 from wmrl.core.config import require
 from wmrl.core.corrector import CorrectorConfig
 from wmrl.core.debias import DebiasConfig
+from wmrl.core.engines.ray.config import RayPoolConfig
 from wmrl.core.fusion import FusionConfig
 from wmrl.core.train_config import TrainConfigBase
 
@@ -98,6 +99,10 @@ class SandboxSection:
         memory_limit_mb: memory limit of one execution in MiB (``null``: the task's own).
         workers: executions run concurrently.
         cache: keep an in-memory result cache keyed by (task, code hash) for resubmitted scripts.
+        pool: ``local`` (threads on this machine) or ``ray`` (Ray workers on any node of a cluster,
+            each running ``backend``; ``docs/scale-out.md``).
+        ray: the Ray pool (``pool: ray``): cluster address, slots (= ``workers``), resources per
+            slot, retries on another node, deadline.
     """
 
     backend: Literal["bwrap", "docker", "subprocess", "auto"] = "bwrap"
@@ -105,6 +110,8 @@ class SandboxSection:
     memory_limit_mb: int | None = 2048
     workers: int = 2
     cache: bool = True
+    pool: Literal["local", "ray"] = "local"
+    ray: RayPoolConfig = field(default_factory=RayPoolConfig)
 
     def __post_init__(self) -> None:
         require(
@@ -114,6 +121,17 @@ class SandboxSection:
         if self.memory_limit_mb is not None:
             _positive_int(self.memory_limit_mb, "sandbox.memory_limit_mb", 64)
         _positive_int(self.workers, "sandbox.workers")
+        if self.pool == "ray":
+            require(
+                self.backend != "auto",
+                "sandbox.backend must be named (bwrap, docker or subprocess) with sandbox.pool=ray: the "
+                "nodes may differ, and the run must say what isolates the agent's code",
+            )
+            require(
+                self.ray.slots == self.workers,
+                f"sandbox.workers ({self.workers}, executions in flight) must equal sandbox.ray.slots "
+                f"({self.ray.slots}, Ray workers) with sandbox.pool=ray",
+            )
 
 
 @dataclass(frozen=True)
@@ -126,6 +144,13 @@ class GRPOSection:
         top_p: nucleus sampling of the policy.
         beta: KL coefficient (0: no reference model, TRL's default).
         loss_type: TRL loss (``dapo`` default: token-level normalisation, independent of the weights).
+        use_vllm: generate with vLLM through TRL (GPU only; every turn of K-turn episodes too).
+        vllm_mode: ``colocate`` (vLLM in the training process, sharing its GPU) or ``server``
+            (``trl vllm-serve`` on other GPUs, at ``vllm_server_base_url``).
+        vllm_server_base_url: the server of ``vllm_mode: server`` (``null``: TRL's default host/port).
+        vllm_gpu_memory_utilization: share of the GPU colocated vLLM may take.
+        gradient_checkpointing: recompute activations in the backward pass (less memory, more
+            compute); GPUs only: refused on a CPU, where it makes GRPO several times slower.
     """
 
     max_completion_tokens: int = 160
@@ -133,12 +158,25 @@ class GRPOSection:
     top_p: float = 1.0
     beta: float = 0.0
     loss_type: Literal["dapo", "grpo", "dr_grpo", "bnpo"] = "dapo"
+    use_vllm: bool = False
+    vllm_mode: Literal["colocate", "server"] = "colocate"
+    vllm_server_base_url: str | None = None
+    vllm_gpu_memory_utilization: float = 0.3
+    gradient_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         _positive_int(self.max_completion_tokens, "grpo.max_completion_tokens", 8)
         require(self.temperature > 0, f"grpo.temperature must be > 0; got {self.temperature}")
         require(0 < self.top_p <= 1, f"grpo.top_p must be in (0, 1]; got {self.top_p}")
         require(self.beta >= 0, f"grpo.beta must be >= 0; got {self.beta}")
+        require(
+            0 < self.vllm_gpu_memory_utilization <= 1,
+            f"grpo.vllm_gpu_memory_utilization must be in (0, 1]; got {self.vllm_gpu_memory_utilization}",
+        )
+        require(
+            self.vllm_server_base_url is None or (self.use_vllm and self.vllm_mode == "server"),
+            "grpo.vllm_server_base_url is used only with grpo.use_vllm=true and grpo.vllm_mode=server",
+        )
 
 
 def _default_corrector() -> CorrectorConfig:

@@ -182,6 +182,8 @@ class WMRLGRPOTrainer(GRPOTrainer):
         completions_to_print: rows of it printed per step (main process).
         solution_key: ``item -> str | None``, which rollouts are the same solution (see
             :class:`~wmrl.core.pipeline.RewardPipeline`).
+        metrics_fn: ``() -> {name: value}`` logged every step beside the corrector's (e.g. the real-
+            execution pool's ``pool/*`` counters); each rank logs its own process's.
         processing_class, callbacks, peft_config: as in TRL.
     """
 
@@ -205,6 +207,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
         completions: CompletionsTable | None = None,
         completions_to_print: int = 0,
         solution_key: Callable[[Any], str | None] | None = None,
+        metrics_fn: Callable[[], Mapping[str, float | None]] | None = None,
         processing_class: Any = None,
         callbacks: Sequence[TrainerCallback] | None = None,
         peft_config: Any = None,
@@ -244,6 +247,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
         self.statuses = tuple(dict.fromkeys([*statuses, "unknown"]))  # unknown: a source without labels
         self.completions = completions
         self.completions_to_print = completions_to_print
+        self.metrics_fn = metrics_fn
         self.stopped_early = False
         #: called with the phase of the step in progress ("generation", "scoring", "update"), for progress
         self.on_phase: Callable[[str], None] = lambda name: None
@@ -492,6 +496,10 @@ class WMRLGRPOTrainer(GRPOTrainer):
         if statuses:  # every known status every time, so averages over logging windows stay shares
             for status in dict.fromkeys([*self.statuses, *statuses]):
                 metrics[f"anchor_status/{status}"].append(statuses.count(status) / len(statuses))
+        if self.metrics_fn is not None:
+            for key, value in self.metrics_fn().items():
+                if value is not None:  # unknown is not zero
+                    metrics[key].append(float(value))
 
     def _write_completions(self, step: _Step, output: dict[str, Any]) -> None:
         if self.completions is None and not self.completions_to_print:
@@ -599,8 +607,6 @@ class WMRLGRPOTrainer(GRPOTrainer):
 
     def turn_context(self, step: _Step) -> TurnContext:
         """Everything the K-turn rollout of this rank's rows needs (see :mod:`.multiturn`)."""
-        if self.use_vllm:
-            raise ValueError("K-turn rollouts generate with the in-process model here; set use_vllm=False")
         return TurnContext(
             rows=step.inputs,
             anchor=self.local_anchor_rows(step),
@@ -610,12 +616,38 @@ class WMRLGRPOTrainer(GRPOTrainer):
             turns=self.turns,
             tokenizer=self.processing_class,
             template_kwargs=dict(self.chat_template_kwargs or {}),
-            generate=self._generate_tokens,
+            generate=self._generate_tokens_vllm if self.use_vllm else self._generate_tokens,
             max_new_tokens=self.max_completion_length,
             stop_token_ids=set(self.eos_token_ids),
             seconds=step.add_time,
             statuses=step.statuses,
+            sampling_logprobs=bool(self.use_vllm),
         )
+
+    def _generate_tokens_vllm(
+        self, contexts: list[list[int]], max_new_tokens: int
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """One reply per context from TRL's vLLM (colocate or server; TRL synced the weights before the
+        rollout): the token ids through the first stop token and vLLM's log-prob of each.
+
+        vLLM caps replies at ``max_completion_length``, which is what K-turn episodes use per turn.
+        In server mode this is a collective (every rank calls it once per turn, K times)."""
+        if max_new_tokens != self.max_completion_length:
+            raise ValueError(
+                "vLLM generation caps replies at max_completion_length; K-turn turns use that cap"
+            )
+        _, completion_ids, logprobs, _ = self.vllm_generation.generate(
+            prompts=contexts, images=None, num_generations=1
+        )
+        stops = set(self.eos_token_ids)
+        replies, reply_logprobs = [], []
+        for ids, lps in zip(completion_ids, logprobs, strict=True):
+            ids = list(ids)
+            end = next((k + 1 for k, token in enumerate(ids) if token in stops), len(ids))
+            replies.append(ids[:end])
+            # vLLM gives per token a list (sampled token first); None where vLLM had no number (NaN)
+            reply_logprobs.append([float("nan") if lp[0] is None else float(lp[0]) for lp in lps[:end]])
+        return replies, reply_logprobs
 
     def _generate_tokens(self, contexts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
         """Sample one reply per context with the policy; the new token ids through the first stop token."""
