@@ -26,9 +26,14 @@ _EVAL_SHORTHANDS = {
     "--max-steps": ("max_steps", "policy steps per episode (default: the suite's, 520 for libero_10)"),
     "--settle-steps": ("settle_steps", "no-op steps after placing the initial state"),
     "--seed": ("seed", "base seed of every episode seed"),
+    "--seeds": ("seeds", "several base seeds, e.g. 0,1,2: mean and 95%% interval across seeds"),
+    "--temperature": ("temperature", "policy sampling temperature (default 0 = greedy, as upstream)"),
     "--cameras": ("cameras", "comma-separated cameras, or 'none'"),
-    "--image-size": ("image_size", "square image side in pixels"),
-    "--orientation": ("orientation", "upright | rotate180 | raw"),
+    "--image-size": (
+        "image_size",
+        "square render side in pixels (default: the policy's checkpoint, else 256)",
+    ),
+    "--orientation": ("orientation", "upright | rotate180 | raw (default: the policy's checkpoint)"),
     "--soft-reset": ("hard_reset", "reuse the MuJoCo model between episodes (faster)", False),
 }
 
@@ -63,11 +68,9 @@ def run_eval(config, out: Path, *, resume: bool, progress: bool) -> tuple[dict[s
     from wmrl.embodied.env.libero_setup import LiberoUnavailableError
     from wmrl.embodied.eval.libero_eval import format_summary, run_libero_eval
 
-    if resume:
-        raise UserError("wmrl eval embodied cannot continue an interrupted evaluation yet; run it again")
     config = dataclasses.replace(config, out_dir=str(out))
     try:
-        report = run_libero_eval(config, progress=progress)
+        report = run_libero_eval(config, progress=progress, resume=resume)
     except (ValueError, LiberoUnavailableError) as err:
         raise UserError(str(err)) from None
     return report, [format_summary(report), f"report: {out}/eval_info.json"]
