@@ -116,6 +116,7 @@ class CommandRoot:
         presets: str | None = None,
         default_out: str | None = None,
         preset_flags: Mapping[str, tuple[str, str]] | None = None,
+        checkpoint_marker: str | None = None,
     ) -> argparse.ArgumentParser:
         """``wmrl train NAME``: see :func:`wmrl.core.cli_runs.add_train_command`."""
         from wmrl.core.cli_runs import add_train_command
@@ -129,6 +130,7 @@ class CommandRoot:
             presets=presets,
             default_out=default_out,
             preset_flags=preset_flags,
+            checkpoint_marker=checkpoint_marker,
         )
 
     def evaluate(

@@ -1,6 +1,7 @@
 """Subcommands of the ``wmrl`` command contributed by ``wmrl.embodied``.
 
 * ``wmrl train embodied [--smoke]``: GRPO/PPO for a VLA on LIBERO (the flags every domain shares).
+* ``wmrl train embodied-sft``: behaviour cloning on demonstrations, the stage RL starts from.
 * ``wmrl eval embodied`` (also ``wmrl eval libero``): LIBERO success, Best@k / All@k, videos.
 
 ``register`` must import only the standard library and ``wmrl.core``; heavy imports go inside handlers.
@@ -48,6 +49,17 @@ def register(root) -> None:
         presets="wmrl.embodied.training.config:PRESETS",
         default_out="runs/train_embodied/{mode}-{time}",
         preset_flags={"--smoke": ("smoke", "the CPU smoke preset (same as --config smoke)")},
+    )
+    root.train(
+        "embodied-sft",
+        "behaviour cloning of a VLA on LIBERO demonstrations (HDF5 or LeRobot, replayed in the simulator): "
+        "the checkpoint RL (policy.source) and wmrl eval embodied (--policy) start from",
+        config="wmrl.embodied.training.sft_config:EmbodiedSFTConfig",
+        run="wmrl.embodied.training.sft:run_sft_from_cli",
+        presets="wmrl.embodied.training.sft_config:PRESETS",
+        default_out="runs/train_embodied_sft/{time}",
+        preset_flags={"--smoke": ("smoke", "the CPU smoke preset (same as --config smoke)")},
+        checkpoint_marker="wmrl_sft.json",
     )
     root.evaluate(
         "embodied",

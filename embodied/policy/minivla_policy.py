@@ -405,6 +405,23 @@ class MiniVLAPolicy:
         token_ids: np.ndarray | torch.Tensor,
     ) -> torch.Tensor:
         """Teacher-forced per-token log-probs ``(B, action_dim)``, differentiable (see the module docstring)."""
+        logits, local = self.action_logits(observations, instructions, token_ids)
+        logp = torch.log_softmax(logits / self.config.logprob_temperature, dim=-1)
+        return logp.gather(-1, local[..., None]).squeeze(-1)
+
+    def action_logits(
+        self,
+        observations: Sequence[Mapping[str, np.ndarray]],
+        instructions: Sequence[str],
+        token_ids: np.ndarray | torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher-forced logits of the action positions, differentiable.
+
+        Returns:
+            ``(logits, targets)``: ``float32 (B, action_dim, S)`` over the support ``S`` (the 256 action
+            tokens with ``constrain_to_actions``, else the full vocabulary) and the ``int64 (B,
+            action_dim)`` indices of ``token_ids`` in that support (behaviour cloning's targets).
+        """
         ids = torch.as_tensor(np.asarray(token_ids) if not torch.is_tensor(token_ids) else token_ids)
         ids = ids.to(self.device, torch.long)
         a = self.model.config.action_dim
@@ -422,9 +439,7 @@ class MiniVLAPolicy:
         patches = model.embed_images(self.pixel_values(observations))
         inputs = model.assemble(patches, [self.prompt_ids(i) for i in instructions], suffix_ids=ids[:, :-1])
         hidden = model.hidden_states(inputs)[:, -a:]
-        logits = model.logits(hidden, support).float()
-        logp = torch.log_softmax(logits / self.config.logprob_temperature, dim=-1)
-        return logp.gather(-1, (ids - offset)[..., None]).squeeze(-1)
+        return model.logits(hidden, support).float(), ids - offset
 
     def set_trainable(self, vision: bool = False, projector: bool = True, llm: bool = True) -> None:
         """Choose what full fine-tuning updates (ignored for the LLM once LoRA is applied)."""
@@ -567,6 +582,17 @@ class MiniVLAPolicy:
         unexpected = list(getattr(result, "unexpected_keys", []) or [])
         if unexpected:
             raise ValueError(f"adapter keys do not match this policy's LoRA layers: {unexpected[:10]}")
+
+    def set_dataset_statistics(self, statistics: Mapping[str, Any], unnorm_key: str) -> None:
+        """Replace the action statistics (fine-tuning on another dataset) and un-normalise with ``unnorm_key``."""
+        normalizer = ActionNormalizer.from_statistics(statistics, unnorm_key)
+        if normalizer.action_dim != self.model.config.action_dim:
+            raise ValueError(
+                f"statistics have {normalizer.action_dim} action dims, the model writes {self.model.config.action_dim}"
+            )
+        self.dataset_statistics = dict(statistics)
+        self.normalizer = normalizer
+        self.config = replace(self.config, unnorm_key=unnorm_key)
 
     def with_config(self, **changes: Any) -> MiniVLAPolicy:
         """A policy sharing this network with some acting settings changed (e.g. ``temperature=0`` for eval)."""

@@ -59,6 +59,7 @@ class _KillsItsSimulator:
         self.inner = RandomPolicy(seed=0)
         self.victim_state = victim_state
         self.killed = False
+        self._state = 0
 
     def reset(self, seed=None) -> None:
         self.inner.reset(seed=seed)
@@ -94,7 +95,6 @@ def test_eval_counts_a_crashed_simulator_as_a_failure_goes_on_and_resumes(tmp_pa
         if len(seen) == 2:
             raise KeyboardInterrupt
 
-    policy._state = 0
     with pytest.raises(KeyboardInterrupt):
         run_libero_eval(cfg, policy, progress=False, on_episode=interrupt_after_two)
     assert policy.killed and seen == [0, 1]

@@ -79,7 +79,14 @@ def test_eval_config_resolves_splits_and_validates():
 LEROBOT_PER_EPISODE = {"episode_ix", "sum_reward", "max_reward", "success", "seed"}
 LEROBOT_AGGREGATED = {"avg_sum_reward", "avg_max_reward", "pc_success", "eval_s", "eval_ep_s"}
 LEROBOT_TASK_METRICS = {"sum_rewards", "max_rewards", "successes", "video_paths", "predicted_video_paths"}
-LEROBOT_GROUP = {"avg_sum_reward", "avg_max_reward", "pc_success", "n_episodes", "video_paths", "predicted_video_paths"}
+LEROBOT_GROUP = {
+    "avg_sum_reward",
+    "avg_max_reward",
+    "pc_success",
+    "n_episodes",
+    "video_paths",
+    "predicted_video_paths",
+}
 LEROBOT_OVERALL = LEROBOT_AGGREGATED | {"n_episodes", "video_paths", "predicted_video_paths"}
 
 
@@ -108,12 +115,14 @@ def test_report_has_lerobot_fields_and_wmrl_metrics():
     )
     json.dumps(report)  # JSON-ready
     # every key lerobot-eval writes, single-env and multi-task layouts
-    assert LEROBOT_PER_EPISODE <= set(report["per_episode"][0])
-    assert LEROBOT_AGGREGATED <= set(report["aggregated"])
+    assert set(report["per_episode"][0]) >= LEROBOT_PER_EPISODE
+    assert set(report["aggregated"]) >= LEROBOT_AGGREGATED
     for task in report["per_task"]:
-        assert {"task_group", "task_id", "metrics"} <= set(task) and LEROBOT_TASK_METRICS <= set(task["metrics"])
-    assert LEROBOT_GROUP <= set(report["per_group"]["libero_10"])
-    assert LEROBOT_OVERALL <= set(report["overall"])
+        assert {"task_group", "task_id", "metrics"} <= set(task) and set(
+            task["metrics"]
+        ) >= LEROBOT_TASK_METRICS
+    assert set(report["per_group"]["libero_10"]) >= LEROBOT_GROUP
+    assert set(report["overall"]) >= LEROBOT_OVERALL
     assert [e["episode_ix"] for e in report["per_episode"]] == list(range(6))
     agg = report["aggregated"]
     assert agg["pc_success"] == pytest.approx(100 * 3 / 6)
