@@ -3,6 +3,7 @@
 * ``wmrl train embodied [--smoke]``: GRPO/PPO for a VLA on LIBERO (the flags every domain shares).
 * ``wmrl train embodied-sft``: behaviour cloning on demonstrations, the stage RL starts from.
 * ``wmrl eval embodied`` (also ``wmrl eval libero``): LIBERO success, Best@k / All@k, videos.
+* ``wmrl serve robometer``: Robometer's HTTP server on a local checkpoint (health endpoint, batching).
 
 ``register`` must import only the standard library and ``wmrl.core``; heavy imports go inside handlers.
 """
@@ -61,6 +62,15 @@ def register(root) -> None:
         preset_flags={"--smoke": ("smoke", "the CPU smoke preset (same as --config smoke)")},
         checkpoint_marker="wmrl_sft.json",
     )
+    root.group("serve", "serve a model over HTTP (a world model that trainers on other machines call)")
+    serve = root.subcommand(
+        "serve",
+        "robometer",
+        "serve a local Robometer checkpoint over Robometer's HTTP contract (POST /evaluate_batch_npy, "
+        "GET /health), batching the trajectories of each request",
+        _serve_robometer,
+    )
+    add_server_arguments(serve)
     root.evaluate(
         "embodied",
         "evaluate a VLA policy on LIBERO: success per task over initial states, Best@k/All@k, in-domain vs held-out",
@@ -70,6 +80,34 @@ def register(root) -> None:
         shorthands=_EVAL_SHORTHANDS,
         aliases=("libero",),
     )
+
+
+def add_server_arguments(parser: Any) -> None:
+    """The options of ``wmrl serve robometer`` (and ``python -m wmrl.embodied.worldmodel.http_server``)."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", help="local Robometer checkpoint folder")
+    source.add_argument("--tiny", action="store_true", help="serve the random tiny model (smoke tests)")
+    parser.add_argument(
+        "--tokenizer", help="local Qwen3-VL tokenizer folder (default: the checkpoint folder)"
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8001)
+    parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
+    parser.add_argument(
+        "--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+        help="auto: bfloat16 on CUDA, float32 on a CPU",
+    )  # fmt: skip
+    parser.add_argument("--batch-size", type=int, default=4, help="trajectories per forward pass")
+
+
+def _serve_robometer(args) -> int:
+    from wmrl.embodied.worldmodel.http_server import serve
+
+    try:
+        return serve(args)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"wmrl serve robometer: error: {err}", file=__import__("sys").stderr)
+        return 2
 
 
 def run_eval(config, out: Path, *, resume: bool, progress: bool) -> tuple[dict[str, Any], list[str]]:

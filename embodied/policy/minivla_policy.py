@@ -537,7 +537,7 @@ class MiniVLAPolicy:
             else {k: v for k, v in asdict(self._lora).items() if k != "merged"},
         }
         (path / META_FILE).write_text(json.dumps(meta, indent=2))
-        loader = {"type": "minivla", "factory": f"{__name__}:load_saved_policy", "kwargs": {}}
+        loader = {"type": "minivla", "kwargs": {}}  # wmrl.embodied.eval.policy_loader.POLICY_TYPES
         (path / "policy.json").write_text(json.dumps(loader, indent=2))
 
     @classmethod

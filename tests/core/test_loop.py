@@ -211,6 +211,6 @@ def test_a_trainer_without_a_correction_names_its_own_checkpoint_marker(tmp_path
     assert resumed.checkpoint == done and not resumed.restarted
     with pytest.raises(RunDirError, match="continue it with --resume"):
         RunDirectory(run, marker="trainer_state.json")
-    with pytest.raises(RunDirError, match="has no trainer_state.json"):
+    with pytest.raises(RunDirError, match=r"has no trainer_state\.json"):
         RunDirectory(run, resume_from=run / "checkpoints" / "checkpoint-6", marker="trainer_state.json")
     assert RunDirectory(run, resume_from=done, marker="trainer_state.json").checkpoint == done
