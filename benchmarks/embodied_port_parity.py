@@ -49,7 +49,7 @@ def export(args) -> None:
     random = rng.uniform(-1, 1, size=(args.steps, 7))
     np.savez(
         args.out,
-        states=np.stack(states),
+        **{f"state_{t}": st for t, st in enumerate(states)},
         bddl=np.array(names),
         actions=np.stack([smooth, random]),
         action_names=np.array(["smooth", "random"]),
@@ -91,7 +91,14 @@ def _setup() -> str:
         + "\n"
     )
     os.environ["LIBERO_CONFIG_PATH"] = str(cfg_dir)
-    return "upstream layout (robosuite 1.4)"
+    import robosuite
+
+    if robosuite.__version__.startswith("1.5"):
+        # the one rpent-libero defect on robosuite 1.5 (what wmrl.embodied.env.libero_setup patches)
+        from libero.libero.envs.robots.on_the_ground_panda import OnTheGroundPanda
+
+        OnTheGroundPanda.default_base = property(lambda self: "NullMount")
+    return f"no wmrl: robosuite {robosuite.__version__}"
 
 
 def _positions(obs) -> dict[str, list[float]]:
@@ -116,7 +123,8 @@ def run(args) -> None:
             out["versions"][dist] = md.version(dist)
         except md.PackageNotFoundError:
             out["versions"][dist] = None
-    for t, (state, bddl) in enumerate(zip(data["states"], data["bddl"], strict=True)):
+    for t, bddl in enumerate(data["bddl"]):
+        state = data[f"state_{t}"]
         path = os.path.join(get_libero_path("bddl_files"), "libero_10", str(bddl))
         t0 = time.perf_counter()
         env = ControlEnv(

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from wmrl.core.config import ConfigError
 from wmrl.core.train_config import LoraConfig
 from wmrl.embodied.training.config import PolicySpec
 from wmrl.embodied.training.update import LogProbFn
@@ -33,6 +34,9 @@ def acting_settings(spec: PolicySpec, image_key: str) -> dict[str, Any]:
     settings: dict[str, Any] = {
         "image_key": image_key,
         "temperature": spec.temperature,
+        # RL samples among the 256 action tokens (every sample a valid action; ratio and KL on that
+        # support), whatever a saved policy's evaluation setting is
+        "constrain_to_actions": True,
         "device": spec.device,
         "dtype": spec.dtype,
         "seed": 0,  # re-seeded per episode by the rollout runner
@@ -49,7 +53,7 @@ def resolve_observation(
     """The orientation and render size to train with: the config's, else the policy checkpoint's.
 
     Raises:
-        ValueError: a given value differs from the checkpoint's record and ``allow_mismatch`` is false.
+        ConfigError: a given value differs from the checkpoint's record and ``allow_mismatch`` is false.
     """
     out = []
     for key, name, given, default in (
@@ -58,7 +62,7 @@ def resolve_observation(
     ):
         saved = recorded.get(key)
         if given is not None and saved is not None and given != saved and not allow_mismatch:
-            raise ValueError(
+            raise ConfigError(
                 f"{name}={given!r} but the policy was trained on {key} {saved!r} (its checkpoint records it); "
                 f"leave {name} unset to use the policy's, or set env.allow_observation_mismatch=true"
             )
