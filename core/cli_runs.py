@@ -109,10 +109,13 @@ def add_train_command(
     presets: str | None = None,
     default_out: str | None = None,
     preset_flags: Mapping[str, tuple[str, str]] | None = None,
+    checkpoint_marker: str | None = None,
 ) -> argparse.ArgumentParser:
     """Register ``wmrl train NAME`` (see the module docstring).
 
     ``preset_flags``: ``{"--smoke": ("smoke", "help")}``, switches that mean ``--config PRESET``.
+    ``checkpoint_marker``: the file that makes one of this trainer's checkpoints complete, for a
+    trainer that writes no correction state (:class:`~wmrl.core.rundir.RunDirectory`'s ``marker``).
     """
     prog = f"wmrl train {name}"
     sub = root.group("train").add_parser(
@@ -129,7 +132,7 @@ def add_train_command(
     out_pattern = default_out or f"runs/{name}-{{time}}"
 
     def handler(args: argparse.Namespace) -> int:
-        return _train(args, prog, config, run, presets, out_pattern)
+        return _train(args, prog, config, run, presets, out_pattern, checkpoint_marker)
 
     sub.set_defaults(handler=handler)
     return sub
@@ -142,6 +145,7 @@ def _train(
     run_path: str,
     presets: str | None,
     out_pattern: str,
+    checkpoint_marker: str | None = None,
 ) -> int:
     from wmrl.core.rundir import RunDirectory
 
@@ -169,7 +173,10 @@ def _train(
         )
     out = out or out_pattern.format(time=time.strftime("%Y%m%d-%H%M%S"), mode=getattr(config, "mode", "run"))
     try:
-        run_dir = RunDirectory(Path(out), resume=args.resume, resume_from=args.resume_from, command=prog)
+        marker = {"marker": checkpoint_marker} if checkpoint_marker else {}
+        run_dir = RunDirectory(
+            Path(out), resume=args.resume, resume_from=args.resume_from, command=prog, **marker
+        )
         lines = load_object(run_path)(config, run_dir, progress=not args.no_progress)
     except Interrupted as err:
         print(f"{prog}: {err}", file=sys.stderr)

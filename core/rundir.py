@@ -46,17 +46,22 @@ def checkpoint_step(folder: str | Path) -> int:
     return int(match.group(1))
 
 
-def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Complete checkpoints of a run (they hold the correction's state), oldest first."""
+def list_checkpoints(run_dir: str | Path, marker: str = CORRECTOR_FILE) -> list[Path]:
+    """Complete checkpoints of a run, oldest first.
+
+    A checkpoint is complete when it holds ``marker``, the file its trainer writes last: the
+    correction's state for every RL trainer; a trainer without a correction (supervised fine-tuning)
+    names its own.
+    """
     root = Path(run_dir) / CHECKPOINTS
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if _NAME.match(p.name) and (p / CORRECTOR_FILE).is_file()]
+    found = [p for p in root.iterdir() if _NAME.match(p.name) and (p / marker).is_file()]
     return sorted(found, key=checkpoint_step)
 
 
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    found = list_checkpoints(run_dir)
+def latest_checkpoint(run_dir: str | Path, marker: str = CORRECTOR_FILE) -> Path | None:
+    found = list_checkpoints(run_dir, marker)
     return found[-1] if found else None
 
 
@@ -73,6 +78,7 @@ class RunDirectory:
         resume: continue the run in ``path``.
         resume_from: continue from this checkpoint folder (implies ``resume``).
         command: the command line that resumes, for messages (``wmrl train autoresearch``).
+        marker: the file that makes a checkpoint folder complete (see :func:`list_checkpoints`).
 
     Attributes (after construction):
         checkpoint: the checkpoint to continue from (``None``: start at step 0).
@@ -84,6 +90,7 @@ class RunDirectory:
     resume: bool = False
     resume_from: Path | None = None
     command: str = "wmrl train"
+    marker: str = CORRECTOR_FILE
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)
@@ -92,23 +99,23 @@ class RunDirectory:
         self.checkpoint: Path | None = None
         if self.path.exists() and not self.path.is_dir():
             raise RunDirError(f"--out {self.path} is a file, not a run directory")
-        holds_run = (self.path / "metrics.jsonl").exists() or bool(list_checkpoints(self.path))
+        holds_run = (self.path / "metrics.jsonl").exists() or bool(list_checkpoints(self.path, self.marker))
         if self.resume_from is not None:
             self.resume = True
             folder = Path(self.resume_from)
-            if not (folder / CORRECTOR_FILE).is_file():
+            if not (folder / self.marker).is_file():
                 raise RunDirError(
-                    f"--resume-from {folder} is not a complete WMRL checkpoint (it has no {CORRECTOR_FILE})"
+                    f"--resume-from {folder} is not a complete WMRL checkpoint (it has no {self.marker})"
                 )
             self.checkpoint = folder
         elif self.resume:
-            self.checkpoint = latest_checkpoint(self.path)
+            self.checkpoint = latest_checkpoint(self.path, self.marker)
             if self.checkpoint is None:
                 self.restarted = holds_run
         elif holds_run:
             hint = (
                 "continue it with --resume"
-                if list_checkpoints(self.path)
+                if list_checkpoints(self.path, self.marker)
                 else "it never wrote a checkpoint: restart it with --resume"
             )
             raise RunDirError(f"{self.path} already holds a run; {hint}, or choose another --out")
@@ -131,7 +138,7 @@ class RunDirectory:
 
         Returns whether it was removed.
         """
-        if self.created and self.path.is_dir() and not list_checkpoints(self.path):
+        if self.created and self.path.is_dir() and not list_checkpoints(self.path, self.marker):
             shutil.rmtree(self.path, ignore_errors=True)
             return True
         return False
