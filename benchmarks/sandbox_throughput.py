@@ -1,15 +1,22 @@
-"""Executions per minute through the sandbox: bubblewrap against plain subprocess, 1 and 2 slots.
+"""Executions per minute through the sandbox: every backend against a *bare* subprocess.
 
 Two solutions: a *trivial* one (copies the sample submission; measures the fixed cost of an
-execution: namespaces, interpreter start-up, launcher, teardown) and a *typical* scikit-learn one
-(pandas read, a hold-out split, a random forest, a CSV written; ~1-2 s of real work). Each
-(solution, backend, slots) cell runs ``n`` executions through a :class:`SandboxPool` without a
-cache, after one warm-up execution, and reports executions per minute. The ratio bwrap/subprocess
-is the cost of isolation; the ratio 2 slots/1 slot the gain of concurrency.
+execution: namespaces, user switch, seccomp, interpreter start-up, launcher, teardown) and a
+*typical* scikit-learn one (pandas read, a hold-out split, a random forest, a CSV written). Each
+(solution, runner, slots) cell runs ``n`` executions through a :class:`SandboxPool` without a
+cache, after one warm-up execution, and reports executions per minute. The runners:
+
+- ``bare``: ``subprocess.run([python, solution.py])`` with the solution environment's
+  interpreter, the same environment variables and a fresh work dir -- no launcher, no limits,
+  no user switch, no filter: the reference;
+- ``subprocess``: the (unisolated) subprocess backend: launcher, dedicated user, seccomp, cgroup;
+- ``bwrap``: the bubblewrap backend; ``docker``: the Docker backend (where an engine answers).
+
+``runner / bare`` is the cost of each backend; ``2 slots / 1 slot`` the gain of concurrency.
 
 Run: ``python benchmarks/sandbox_throughput.py [--n-trivial 24] [--n-sklearn 8] [--rounds 4] [--json out.json]``
-(about two minutes on 2 cores). The load average at start and end is printed: on a shared
-machine the absolute numbers move with other work, the ratios much less.
+(a few minutes on 2 cores; set ``DOCKER_HOST`` to include Docker). The load average at start and
+end is printed: on a shared machine the absolute numbers move with other work, the ratios much less.
 """
 
 from __future__ import annotations
@@ -19,13 +26,25 @@ import json
 import logging
 import os
 import platform
+import shutil
+import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from wmrl.autoresearch.sandbox import Limits, SandboxPool, available_libraries, backend_problems, make_sandbox
+from wmrl.autoresearch.sandbox import (
+    ExecutionResult,
+    Limits,
+    Resources,
+    Sandbox,
+    SandboxPool,
+    available_libraries,
+    backend_problems,
+    make_sandbox,
+)
+from wmrl.autoresearch.sandbox.environment import sandbox_env
 
 TRIVIAL = """
 import os, shutil
@@ -76,6 +95,41 @@ def make_data(root: Path, n_train: int = 3000, n_test: int = 1000, n_features: i
     return public
 
 
+class BareSubprocess(Sandbox):
+    """The reference: the solution environment's interpreter run directly, nothing else."""
+
+    name = "bare"
+
+    def protections(self) -> dict[str, str]:
+        return {"everything": "NO: a bare subprocess"}
+
+    def _run(self, code, data_dir, limits, execution_id):
+        work = self.output_root / execution_id
+        work.mkdir()
+        (work / "solution.py").write_text(code)
+        env = sandbox_env(
+            limits,
+            data_dir=str(data_dir),
+            submission_path=str(work / "submission.csv"),
+            work_dir=str(work),
+            tmp_dir=str(work),
+            python_bin_dir=str(self.solution_env.python.parent),
+            cuda_visible_devices="",
+        )
+        t0 = time.perf_counter()
+        done = subprocess.run(
+            [str(self.solution_env.python), "solution.py"], cwd=work, env=env, capture_output=True
+        )
+        wall = time.perf_counter() - t0
+        shutil.rmtree(work, ignore_errors=True)
+        return ExecutionResult(
+            status="ok" if done.returncode == 0 else "error",
+            exit_code=done.returncode,
+            stderr_tail=done.stderr.decode(errors="replace")[-2000:],
+            resources=Resources(wall_s=wall),
+        )
+
+
 def measure(pools: dict, code: str, data: Path, limits: Limits, n: int, rounds: int) -> dict:
     """Executions per minute of ``n`` runs of ``code`` per backend, interleaved.
 
@@ -112,7 +166,6 @@ def measure(pools: dict, code: str, data: Path, limits: Limits, n: int, rounds: 
             "elapsed_s": round(elapsed[b], 3),
             "per_minute": round(60 * n / elapsed[b], 1),
             "mean_wall_s": round(float(np.mean([x.resources.wall_s for x in results[b]])), 3),
-            "mean_cpu_s": round(float(np.mean([x.resources.cpu_s for x in results[b]])), 3),
         }
     return out
 
@@ -131,19 +184,23 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
 
     problems = backend_problems()
-    backends = [b for b in ("bwrap", "subprocess") if problems[b] is None]
-    if "bwrap" not in backends:
-        print(f"bubblewrap unavailable ({problems['bwrap']}); measuring subprocess only")
+    runners = ["bare", *(b for b in ("subprocess", "bwrap", "docker") if problems[b] is None)]
+    for b in ("bwrap", "docker"):
+        if problems[b] is not None:
+            print(f"{b} unavailable ({problems[b]}); not measured")
     limits = Limits(wall_time_s=120, memory_mb=2048, threads=1)
-    if "subprocess" in backends:
-        print(
-            "note: the subprocess backend logs a no-isolation warning on every run; silenced here after this line"
-        )
-        logging.getLogger("wmrl.autoresearch.sandbox").setLevel(logging.ERROR)
+    print("note: the subprocess backend logs a no-isolation warning on every run; silenced here")
+    logging.getLogger("wmrl.autoresearch.sandbox").setLevel(logging.ERROR)
     load0 = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="wmrl-bench-sandbox-") as tmp:
         data = make_data(Path(tmp))
-        sandboxes = {b: make_sandbox(b, output_root=Path(tmp) / f"out-{b}") for b in backends}
+        os.chmod(tmp, 0o755)  # the sandbox users read the data in place
+        sandboxes = {
+            b: BareSubprocess(output_root=Path(tmp) / "out-bare")
+            if b == "bare"
+            else make_sandbox(b, output_root=Path(tmp) / f"out-{b}")
+            for b in runners
+        }
         cells = {}
         for sol_name, code, n in (("trivial", TRIVIAL, args.n_trivial), ("sklearn", SKLEARN, args.n_sklearn)):
             for slots in args.slots:
@@ -160,34 +217,37 @@ def main(argv: list[str] | None = None) -> dict:
 
     print()
     print(f"host: {platform.node()} {os.cpu_count()} CPUs, load average {load0[0]:.2f} -> {load1[0]:.2f}")
-    cg = {b: getattr(s, "cgroup_support", None) for b, s in sandboxes.items()}
+    cg = {b: getattr(s, "cgroup_support", None) for b, s in sandboxes.items() if b in ("subprocess", "bwrap")}
     print("cgroups: " + ", ".join(f"{b}={'v' + str(c.version) if c else 'none'}" for b, c in cg.items()))
-    header = "| solution | slots | bwrap exec/min | subprocess exec/min | bwrap / subprocess | mean wall bwrap (s) | mean wall subprocess (s) |"
-    print(header)
-    print("|" + "---|" * 7)
+    others = runners[1:]
+    print(
+        "| solution | slots | bare exec/min | "
+        + " | ".join(f"{b} exec/min | {b} / bare" for b in others)
+        + " | mean wall bare (s) | "
+        + " | ".join(f"mean wall {b} (s)" for b in others)
+        + " |"
+    )
+    print("|" + "---|" * (4 + 3 * len(others)))
     rows = []
     for sol_name in ("trivial", "sklearn"):
         for slots in args.slots:
-            bw = cells.get((sol_name, slots, "bwrap"))
-            sp = cells[(sol_name, slots, "subprocess")]
-            ratio = bw["per_minute"] / sp["per_minute"] if bw else float("nan")
-            rows.append(
-                {
-                    "solution": sol_name,
-                    "slots": slots,
-                    "bwrap": bw,
-                    "subprocess": sp,
-                    "ratio_bwrap_over_subprocess": round(ratio, 3),
-                }
-            )
+            bare = cells[(sol_name, slots, "bare")]
+            row = {"solution": sol_name, "slots": slots, "bare": bare}
+            for b in others:
+                row[b] = cells[(sol_name, slots, b)]
+                row[f"ratio_{b}_over_bare"] = round(row[b]["per_minute"] / bare["per_minute"], 3)
+            rows.append(row)
             print(
-                f"| {sol_name} | {slots} | {bw['per_minute'] if bw else '-'} | {sp['per_minute']} | {ratio:.2f} | "
-                f"{bw['mean_wall_s'] if bw else '-'} | {sp['mean_wall_s']} |"
+                f"| {sol_name} | {slots} | {bare['per_minute']} | "
+                + " | ".join(f"{row[b]['per_minute']} | {row[f'ratio_{b}_over_bare']:.2f}" for b in others)
+                + f" | {bare['mean_wall_s']} | "
+                + " | ".join(str(row[b]["mean_wall_s"]) for b in others)
+                + " |"
             )
     if len(args.slots) > 1:
         print()
         for sol_name in ("trivial", "sklearn"):
-            for b in backends:
+            for b in runners:
                 one, many = cells[(sol_name, args.slots[0], b)], cells[(sol_name, args.slots[-1], b)]
                 print(
                     f"{sol_name} {b}: {args.slots[-1]} slots / {args.slots[0]} slot = {many['per_minute'] / one['per_minute']:.2f}x"

@@ -5,10 +5,19 @@ advantage (the engine masks those rollouts out of the loss). A group with fewer 
 ``min_graded`` known rewards is skipped: all its advantages are NaN. Group weights multiply the
 advantages *after* normalisation: scaling rewards before a std-normalising GRPO would be undone by
 the normalisation.
+
+The std convention is the *population* std (divide by the number of known rewards ``n``), chosen
+deliberately: it makes the mean squared advantage of a non-degenerate group exactly 1 per known
+rollout (up to ``eps``) whatever ``n`` is, so a group with 3 known rewards pushes each of its rollouts
+as hard as a group with 8. TRL's GRPO divides by the Bessel-corrected std, whose mean square is
+``(n - 1)/n`` per rollout: 0.67 for 3 known rewards, 0.88 for 8. With unknowns the number of known
+rewards varies from group to group, and under that convention the gradient's per-rollout scale
+would vary with it.
 """
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -38,7 +47,10 @@ class AdvantageConfig:
     min_graded: int = 2
 
     def __post_init__(self) -> None:
-        require(self.eps >= 0, f"advantages.eps must be >= 0; got {self.eps}")
+        require(
+            isinstance(self.eps, (int, float)) and 0 <= self.eps < float("inf"),
+            f"advantages.eps must be finite and >= 0; got {self.eps}",
+        )
         require(self.min_graded >= 2, f"advantages.min_graded must be >= 2; got {self.min_graded}")
 
 
@@ -57,25 +69,67 @@ class GroupAdvantages:
     graded: np.ndarray
 
 
-def as_reward_matrix(rewards: np.ndarray | Sequence[Sequence[float | None]]) -> np.ndarray:
+def _as_number(value: object, name: str, where: str) -> float:
+    if value is None:
+        return np.nan
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise ValueError(
+            f"{name}{where} is {value!r} ({type(value).__name__}): scores must be real numbers "
+            "(int or float, not bool, str or an array) or None for unknown"
+        )
+    return float(value)
+
+
+def as_reward_matrix(
+    rewards: np.ndarray | Sequence[Sequence[float | None]], name: str = "rewards"
+) -> np.ndarray:
     """Rewards as a float ``(n_groups, max_group_size)`` array, ``None`` and padding as NaN.
 
-    Raises on infinite values (unknown must be ``None``/NaN, never inf) and on empty groups.
+    Accepts a 2-D numeric array (int or float dtype; object arrays are checked entry by entry) or
+    a sequence of groups, each a sequence of real numbers or ``None``. Raises ``ValueError`` naming
+    the rule on text, booleans, nested arrays, infinite values (unknown must be ``None``/NaN, never
+    inf) and empty groups.
     """
     if isinstance(rewards, np.ndarray):
         if rewards.ndim != 2:
-            raise ValueError(f"rewards must be a 2-D (groups, rollouts) array; got shape {rewards.shape}")
-        matrix = rewards.astype(float, copy=True)
+            raise ValueError(f"{name} must be a 2-D (groups, rollouts) array; got shape {rewards.shape}")
+        if rewards.dtype.kind in "iuf":
+            matrix = rewards.astype(float, copy=True)
+        elif rewards.dtype.kind == "O":
+            matrix = np.array(
+                [
+                    [_as_number(v, name, f"[{i}][{j}]") for j, v in enumerate(row)]
+                    for i, row in enumerate(rewards)
+                ],
+                dtype=float,
+            ).reshape(rewards.shape)
+        else:
+            raise ValueError(
+                f"{name} has dtype {rewards.dtype}: scores must be numbers (int or float), "
+                "not text or booleans; unknown is NaN"
+            )
     else:
-        groups = [list(g) for g in rewards]
-        if any(len(g) == 0 for g in groups):
-            raise ValueError("every group needs at least one rollout; got an empty group")
+        if isinstance(rewards, (str, bytes)) or not isinstance(rewards, Sequence):
+            raise ValueError(
+                f"{name} must be a 2-D array or a sequence of groups; got {type(rewards).__name__}"
+            )
+        groups = []
+        for i, g in enumerate(rewards):
+            if isinstance(g, (str, bytes)) or not isinstance(g, (Sequence, np.ndarray)):
+                raise ValueError(
+                    f"{name}[{i}] must be a sequence of scores (one group); got {type(g).__name__}"
+                )
+            groups.append(list(g))
         width = max((len(g) for g in groups), default=0)
         matrix = np.full((len(groups), width), np.nan)
         for i, g in enumerate(groups):
-            matrix[i, : len(g)] = [np.nan if v is None else float(v) for v in g]
+            matrix[i, : len(g)] = [_as_number(v, name, f"[{i}][{j}]") for j, v in enumerate(g)]
+        if any(len(g) == 0 for g in groups):
+            raise ValueError(f"every group needs at least one rollout; {name} has an empty group")
+    if matrix.shape[0] and not matrix.shape[1]:
+        raise ValueError(f"every group needs at least one rollout; {name} has shape {matrix.shape}")
     if np.isinf(matrix).any():
-        raise ValueError("rewards contain inf: mark an unknown reward as None/NaN, never inf")
+        raise ValueError(f"{name} contain inf: mark an unknown reward as None/NaN, never inf")
     return matrix
 
 
@@ -110,7 +164,8 @@ def group_advantages(
         config: standardisation, epsilon and the minimum graded count.
 
     For each group with at least ``min_graded`` known rewards ``r``:
-    ``A = (r - mean(r)) / (std(r) + eps)`` (population std) or ``A = r - mean(r)``.
+    ``A = (r - mean(r)) / (std(r) + eps)`` (population std; see the module docstring for why) or
+    ``A = r - mean(r)``.
     """
     cfg = config or AdvantageConfig()
     r = as_reward_matrix(rewards)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, entry_points, version
 from typing import ClassVar
 
@@ -106,55 +106,17 @@ class CommandRoot:
             self._domains[name] = CommandRoot(parent, path=f"{self.path}_{name}")
         return self._domains[name]
 
-    def train(
-        self,
-        name: str,
-        help: str,
-        *,
-        config: str,
-        run: str,
-        presets: str | None = None,
-        default_out: str | None = None,
-        preset_flags: Mapping[str, tuple[str, str]] | None = None,
-    ) -> argparse.ArgumentParser:
-        """``wmrl train NAME``: see :func:`wmrl.core.cli_runs.add_train_command`."""
+    def train(self, name: str, help: str, **options) -> argparse.ArgumentParser:
+        """``wmrl train NAME``; ``options`` as :func:`wmrl.core.cli_runs.add_train_command` takes them."""
         from wmrl.core.cli_runs import add_train_command
 
-        return add_train_command(
-            self,
-            name,
-            help,
-            config=config,
-            run=run,
-            presets=presets,
-            default_out=default_out,
-            preset_flags=preset_flags,
-        )
+        return add_train_command(self, name, help, **options)
 
-    def evaluate(
-        self,
-        name: str,
-        help: str,
-        *,
-        config: str,
-        run: str,
-        shorthands: Mapping[str, tuple] | None = None,
-        default_out: str | None = None,
-        aliases: Sequence[str] = (),
-    ) -> argparse.ArgumentParser:
-        """``wmrl eval NAME``: see :func:`wmrl.core.cli_runs.add_eval_command`."""
+    def evaluate(self, name: str, help: str, **options) -> argparse.ArgumentParser:
+        """``wmrl eval NAME``; ``options`` as :func:`wmrl.core.cli_runs.add_eval_command` takes them."""
         from wmrl.core.cli_runs import add_eval_command
 
-        return add_eval_command(
-            self,
-            name,
-            help,
-            config=config,
-            run=run,
-            shorthands=shorthands,
-            default_out=default_out,
-            aliases=aliases,
-        )
+        return add_eval_command(self, name, help, **options)
 
 
 def _version() -> str:

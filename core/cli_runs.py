@@ -109,10 +109,14 @@ def add_train_command(
     presets: str | None = None,
     default_out: str | None = None,
     preset_flags: Mapping[str, tuple[str, str]] | None = None,
+    stage: bool = False,
 ) -> argparse.ArgumentParser:
     """Register ``wmrl train NAME`` (see the module docstring).
 
     ``preset_flags``: ``{"--smoke": ("smoke", "help")}``, switches that mean ``--config PRESET``.
+    ``stage``: the trainer is a stage without a correction (supervised fine-tuning): its checkpoints
+    are complete when they hold ``wmrl_stage.json`` (:func:`~wmrl.core.rundir.write_stage_marker`),
+    not the correction's state (:class:`~wmrl.core.rundir.RunDirectory`'s ``marker``).
     """
     prog = f"wmrl train {name}"
     sub = root.group("train").add_parser(
@@ -129,7 +133,7 @@ def add_train_command(
     out_pattern = default_out or f"runs/{name}-{{time}}"
 
     def handler(args: argparse.Namespace) -> int:
-        return _train(args, prog, config, run, presets, out_pattern)
+        return _train(args, prog, config, run, presets, out_pattern, stage)
 
     sub.set_defaults(handler=handler)
     return sub
@@ -142,8 +146,9 @@ def _train(
     run_path: str,
     presets: str | None,
     out_pattern: str,
+    stage: bool = False,
 ) -> int:
-    from wmrl.core.rundir import RunDirectory
+    from wmrl.core.rundir import STAGE_FILE, RunDirectory
 
     out = args.out
     if args.resume_from and not out:
@@ -169,7 +174,10 @@ def _train(
         )
     out = out or out_pattern.format(time=time.strftime("%Y%m%d-%H%M%S"), mode=getattr(config, "mode", "run"))
     try:
-        run_dir = RunDirectory(Path(out), resume=args.resume, resume_from=args.resume_from, command=prog)
+        marker = {"marker": STAGE_FILE} if stage else {}
+        run_dir = RunDirectory(
+            Path(out), resume=args.resume, resume_from=args.resume_from, command=prog, **marker
+        )
         lines = load_object(run_path)(config, run_dir, progress=not args.no_progress)
     except Interrupted as err:
         print(f"{prog}: {err}", file=sys.stderr)

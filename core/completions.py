@@ -124,17 +124,7 @@ def format_sample(rows: Sequence[Mapping[str, Any]], n: int, text_columns: Seque
     shown = list(rows[:n])
     if not shown:
         return ""
-    columns = [
-        "group",
-        "stream",
-        "wm",
-        "wm_calibrated",
-        "real",
-        "reward",
-        "advantage",
-        "status",
-        *text_columns,
-    ]
+    columns = [c for c in COLUMNS if c not in ("step", "rollout", "task")] + list(text_columns)
     widths = {c: (40 if c in text_columns else 14) for c in columns}
     header = "  ".join(f"{c:<{widths[c]}}" for c in columns)
     lines = [header]

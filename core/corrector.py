@@ -4,11 +4,15 @@ It is the method's mathematics, with no sources in it: ``plan(...)`` says which 
 for real, the caller scores, ``correct(...)`` does the rest. Calling the two reward sources,
 booking their costs and checkpointing belong to :class:`wmrl.core.pipeline.RewardPipeline`, which
 every trainer and engine drives.
+``plan`` says which rollouts to execute for real (``Plan.execute``: whole anchor groups, plus single
+rollouts when ``scheduler.rollout_share > 0``) and which to execute a second time (``Plan.repeat``,
+when ``scheduler.repeat_share > 0``).
 
-One step, in order: choose anchors (outcome-blind) → score → measure the world model's error on
-the anchor pairs with the map fitted *before* them (prequential) → update the fusion estimates →
-add the pairs and refit the map (once per step) → calibrate the world-model groups → advantages per
-group → multiply by the fusion weights. Every metric name the corrector emits is listed in
+One step, in order: choose anchors (outcome-blind) → score → pool the repeated executions (noise) →
+measure the world model's error on the anchor groups' advantages with the map fitted *before* them
+(prequential), net of the execution noise → update the fusion estimates → add the pairs and refit
+the map (once per step) → calibrate the world-model scores → advantages per group → multiply by the
+fusion weights. Every metric name the corrector emits is listed in
 :data:`METRICS` and documented in ``docs/architecture.md``.
 """
 
@@ -25,10 +29,12 @@ import numpy as np
 from wmrl.core.advantages import AdvantageConfig, as_reward_matrix, group_advantages
 from wmrl.core.config import from_dict, require, to_dict
 from wmrl.core.debias import DebiasConfig, OnlineDebiaser
-from wmrl.core.fusion import Fusion, FusionConfig
+from wmrl.core.execnoise import ExecutionNoise
+from wmrl.core.fusion import Fusion, FusionConfig, FusionInputs
 from wmrl.core.modes import MODE_PRESETS, Mode, apply_changes
 from wmrl.core.rollouts import Group
 from wmrl.core.scheduler import AnchorScheduler, SchedulerConfig
+from wmrl.core.sources import NoiseModel
 
 __all__ = [
     "METRICS",
@@ -41,7 +47,8 @@ __all__ = [
     "Plan",
 ]
 
-STATE_VERSION = 1
+# 2: the fusion measures on the advantages (new sums, solution-key tables) and the execution-noise state.
+STATE_VERSION = 2
 
 METRICS: dict[str, str] = {
     "wmrl/step": "corrector steps completed (this step's index + 1)",
@@ -59,10 +66,22 @@ METRICS: dict[str, str] = {
     "wmrl/bias_reduction": "1 - within-group SS(calibrated error) / SS(raw error) on this step's new pairs, prequential",
     "wmrl/prequential_mse_raw": "mean squared error of raw world-model scores on this step's new pairs",
     "wmrl/prequential_mse_calibrated": "the same after the map fitted before these pairs",
-    "wmrl/disagreement": "E/S: calibrated world-model error variance relative to the real within-group variance",
-    "wmrl/signal_var": "S: variance of real within-group-centred rewards (decayed estimate)",
-    "wmrl/error_var": "E: mean squared within-group error of the calibrated world model (decayed estimate)",
-    "wmrl/noise_var": "N: per-call noise variance the world model reports, on the calibrated scale",
+    "wmrl/disagreement": "E/q: the calibrated world model's advantage error relative to the signal",
+    "wmrl/signal_var": "q: mean squared true advantage per rollout (1 when standardised; reward units² for scale=reward)",
+    "wmrl/error_var": "E: mean squared error of the calibrated world model's advantages against the true ones, net of execution noise",
+    "wmrl/noise_var": "F: per-call noise the world model reports, per rollout in advantage units",
+    "wmrl/anchor_error_var": "N: mean squared error of the real advantages caused by execution noise, per rollout",
+    "wmrl/exec_reliability": "rho^2: share of the real scores' within-group variance that is signal, not execution noise",
+    "wmrl/exec_noise_var": "sigma^2 used for this step's anchor rollouts (reward units², mean); 0 when assumed deterministic",
+    "wmrl/exec_noise_route": "where sigma^2 came from: 0 assumed deterministic, 1 declared by the source, 2 measured from repeats",
+    "wmrl/exec_noise_measured": "pooled repeat estimate of sigma^2, (r1 - r2)^2 / 2 (None before fusion.min_repeats repeats)",
+    "wmrl/exec_repeats": "rollouts executed a second time this step with both scores known",
+    "wmrl/exec_repeat_differs": "share of this step's repeats whose two scores differ (flaky execution); None without repeats",
+    "wmrl/executions": "real executions this step (whole anchor groups, single rollouts and repeats)",
+    "wmrl/rollout_anchors": "single rollouts executed outside anchor groups this step",
+    "wmrl/persistence": "psi: extra error per unit of error from rollouts repeating a solution within the update's memory (None: no solution keys)",
+    "wmrl/design_effect": "multiplier on E for persistent error: 1 + psi, or the bias_horizon fallback without solution keys",
+    "wmrl/variance_ratio": "V_wm / V_anchor: the anchor weight over the world-model weight before normalisation",
     "wmrl/weight_anchor": "mean group weight of anchor groups",
     "wmrl/weight_world_model": "mean group weight of world-model groups",
     "wmrl/anchor_share": "share of the total group weight carried by anchor groups (lambda)",
@@ -128,6 +147,13 @@ def _with(config: CorrectorConfig, **parts: Any) -> CorrectorConfig:
 
 PRESETS = {
     "wmrl": lambda c: c,
+    # The default before issue 11: errors in reward units, execution noise ignored, horizon H = 8.
+    "wmrl_previous": lambda c: _with(c, fusion={"mode": "mse", "scale": "reward", "bias_horizon": 8.0}),
+    "wmrl_measured": lambda c: _with(c, fusion={"mode": "mse", "persistence": "measured"}),
+    # The whole execution budget on single rollouts (each group's top-scored solution), no anchor
+    # groups: the arm that won on the benchmark's tuning seeds (docs/benchmarks.md).
+    "wmrl_rollout": lambda c: _with(c, scheduler={"rollout_share": 1.0, "floor": 0}),
+    "wmrl_repeats": lambda c: _with(c, scheduler={"repeat_share": 0.25}),
     "wmrl_inverse_variance": lambda c: _with(c, fusion={"mode": "inverse_variance"}),
     "wmrl_mse": lambda c: _with(c, fusion={"mode": "mse"}),
     "wmrl_adaptive_budget": lambda c: _with(c, budget={"adaptive": True}),
@@ -144,14 +170,20 @@ PRESETS = {
 
 @dataclass(frozen=True)
 class Plan:
-    """Which groups of a step are graded by real execution.
+    """Which rollouts of a step are graded by real execution.
 
     Attributes:
         step: the corrector step this plan belongs to.
         group_keys: one unique key per group.
         task_keys: one task per group (``None``: one task).
-        anchor: bool ``(n_groups,)``.
+        anchor: bool ``(n_groups,)``, the anchor groups (every rollout executed; they measure the fusion).
         fraction: the target fraction the scheduler used.
+        execute: bool ``(n_groups, G)``, every rollout to execute: the anchor groups' rows, plus single
+            rollouts of other groups when ``scheduler.rollout_share > 0``. ``None`` when the plan
+            was made without knowing the group size (no ``wm_scores``, no ``group_size``): then
+            exactly the anchor rows (see :meth:`execute_mask`).
+        repeat: bool ``(n_groups, G)``, executed rollouts to execute a *second* time (independently:
+            another seed, another run) so the execution noise can be measured; ``None`` as above.
     """
 
     step: int
@@ -159,10 +191,32 @@ class Plan:
     task_keys: tuple[str, ...] | None
     anchor: np.ndarray
     fraction: float
+    execute: np.ndarray | None = None
+    repeat: np.ndarray | None = None
 
     @property
     def anchor_indices(self) -> list[int]:
         return [int(i) for i in np.flatnonzero(self.anchor)]
+
+    def execute_mask(self, group_size: int) -> np.ndarray:
+        """``(n_groups, group_size)`` bool: the rollouts to execute (the anchor rows when ``execute`` is unset)."""
+        if self.execute is not None:
+            if self.execute.shape[1] != group_size:
+                raise ValueError(
+                    f"the plan was made for groups of {self.execute.shape[1]} rollouts, not {group_size}"
+                )
+            return self.execute
+        return np.repeat(self.anchor[:, None], group_size, axis=1)
+
+    def repeat_mask(self, group_size: int) -> np.ndarray:
+        """``(n_groups, group_size)`` bool: the rollouts to execute a second time (none when ``repeat`` is unset)."""
+        if self.repeat is not None:
+            if self.repeat.shape[1] != group_size:
+                raise ValueError(
+                    f"the plan was made for groups of {self.repeat.shape[1]} rollouts, not {group_size}"
+                )
+            return self.repeat
+        return np.zeros((len(self.anchor), group_size), dtype=bool)
 
 
 @dataclass
@@ -178,6 +232,8 @@ class Correction:
         metrics: ``wmrl/*`` metrics (see :data:`METRICS`); ``None`` where a value could not be measured.
         calibrated: ``(n_groups, group_size)`` every world-model score through the map in force after
             this step's refit (anchor groups included, for display); NaN = unknown.
+        executed: ``(n_groups, G)`` bool, the rollouts whose reward is a real score (the mean of its
+            executions when it was repeated).
     """
 
     rewards: np.ndarray
@@ -186,10 +242,16 @@ class Correction:
     anchor: np.ndarray
     metrics: dict[str, float | None]
     calibrated: np.ndarray | None = None
+    executed: np.ndarray | None = None
 
-    def advantages_list(self, sizes: Sequence[int] | None = None) -> list[list[float | None]]:
+    def advantages_list(self, sizes: Sequence[int] | np.ndarray | None = None) -> list[list[float | None]]:
         """Advantages as ragged lists with ``None`` for masked rollouts (``sizes``: true group sizes)."""
-        sizes = sizes or [self.advantages.shape[1]] * self.advantages.shape[0]
+        n, width = self.advantages.shape
+        if sizes is None:
+            sizes = [width] * n
+        sizes = [int(v) for v in np.asarray(sizes).reshape(-1)]
+        if len(sizes) != n or any(not 0 <= v <= width for v in sizes):
+            raise ValueError(f"sizes must give {n} group sizes, each in [0, {width}]; got {sizes}")
         return [
             [None if np.isnan(v) else float(v) for v in row[:s]]
             for row, s in zip(self.advantages, sizes, strict=True)
@@ -199,10 +261,74 @@ class Correction:
 def _validate_scores(
     name: str, scores: np.ndarray | Sequence[Sequence[float | None]], shape: tuple[int, int] | None
 ) -> np.ndarray:
-    matrix = as_reward_matrix(scores)
+    matrix = as_reward_matrix(scores, name)
     if shape is not None and matrix.shape != shape:
         raise ValueError(f"{name} must have shape {shape} (groups, rollouts); got {matrix.shape}")
     return matrix
+
+
+def _refuse_stray(name: str, scores: np.ndarray, allowed: np.ndarray, what: str) -> None:
+    stray = ~allowed & ~np.isnan(scores)
+    if stray.any():
+        cells = [(int(r), int(c)) for r, c in zip(*np.nonzero(stray), strict=True)][:5]
+        raise ValueError(
+            f"{name} hold values at (group, rollout) {cells}{'...' if stray.sum() > 5 else ''}: only the plan's "
+            f"{what} are graded by real execution; leave the rest NaN/None"
+        )
+
+
+def _share_executed(
+    real: np.ndarray, used: np.ndarray, anchor: np.ndarray, keys: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Give world-model-group rollouts the real score of their solution when it was executed this step."""
+    sums: dict[str, list[float]] = {}
+    for r, c in zip(*np.nonzero(used), strict=True):
+        key = keys[r, c]
+        if key is not None:
+            acc = sums.setdefault(key, [0.0, 0.0])
+            acc[0] += real[r, c]
+            acc[1] += 1.0
+    if not sums:
+        return real, used
+    real, used = real.copy(), used.copy()
+    for r, c in zip(*np.nonzero(~used & ~anchor[:, None]), strict=True):
+        acc = sums.get(keys[r, c])
+        if acc is not None:
+            real[r, c] = acc[0] / acc[1]
+            used[r, c] = True
+    return real, used
+
+
+def _task_keys(task_keys: Sequence[Any] | None, n: int) -> tuple[str, ...] | None:
+    """Task keys as strings; all given or none (``None`` for some groups is refused, never ``"None"``)."""
+    if task_keys is None:
+        return None
+    tasks = list(task_keys)
+    if len(tasks) != n:
+        raise ValueError(f"got {len(tasks)} task keys for {n} groups: one per group")
+    missing = [i for i, t in enumerate(tasks) if t is None]
+    if len(missing) == n:
+        return None
+    if missing:
+        raise ValueError(
+            f"task keys are None for groups {missing} but named for others: give every group a task, "
+            "or none (a missing task is not a task called 'None')"
+        )
+    return tuple(str(t) for t in tasks)
+
+
+def _solution_keys(keys: Any, shape: tuple[int, int]) -> np.ndarray | None:
+    """Per-rollout solution keys as an object array of ``str | None``, shape ``shape``."""
+    if keys is None:
+        return None
+    rows = list(keys)
+    if len(rows) != shape[0] or any(isinstance(r, (str, bytes)) or len(r) > shape[1] for r in rows):
+        raise ValueError(f"solution_keys must be {shape[0]} rows of at most {shape[1]} keys (str or None)")
+    out = np.full(shape, None, dtype=object)
+    for i, row in enumerate(rows):
+        for j, key in enumerate(row):
+            out[i, j] = None if key is None else str(key)
+    return out
 
 
 class Corrector:
@@ -212,7 +338,8 @@ class Corrector:
         self.config = config or CorrectorConfig()
         self.scheduler = AnchorScheduler(self.config.scheduler, seed=self.config.seed)
         self.debiaser = OnlineDebiaser(self.config.debias)
-        self.fusion = Fusion(self.config.fusion)
+        self.fusion = Fusion(self.config.fusion, self.config.advantages)
+        self.exec_noise = ExecutionNoise(self.config.fusion.half_life_steps, self.config.fusion.min_repeats)
         self.step_count = 0
         self.budget_reference: float | None = None
         self.fraction = self.config.scheduler.fraction
@@ -221,30 +348,84 @@ class Corrector:
     def plan(
         self,
         group_keys: Sequence[str],
-        task_keys: Sequence[str] | None = None,
+        task_keys: Sequence[str | None] | None = None,
         wm_scores: np.ndarray | Sequence[Sequence[float | None]] | None = None,
         in_flight: int = 0,
+        group_size: int | None = None,
+        solution_keys: Sequence[Sequence[str | None]] | np.ndarray | None = None,
     ) -> Plan:
-        """Choose this step's anchor groups. ``wm_scores`` is needed only by the active scheduler."""
+        """Choose this step's executions.
+
+        Args:
+            group_keys: one unique key per group (at least one group).
+            task_keys: one task per group, or ``None`` (all groups one task).
+            wm_scores: ``(n_groups, G)`` world-model scores; needed by the active scheduler and by
+                per-rollout anchors (``scheduler.rollout_share > 0``), which read them (never real outcomes).
+            in_flight: anchor groups still executing from earlier steps (for the concurrency cap).
+            group_size: ``G``, when ``wm_scores`` is not given; with it (or ``wm_scores``) the plan
+                carries ``execute`` and ``repeat`` masks of shape ``(n_groups, G)``.
+            solution_keys: optional ``(n_groups, G)`` solution key per rollout (as in :meth:`correct`);
+                per-rollout anchors then execute each solution once per step.
+        """
         keys = tuple(str(k) for k in group_keys)
-        tasks = None if task_keys is None else tuple(str(t) for t in task_keys)
-        uncertainty = None
-        if self.config.scheduler.active_share > 0:
-            if wm_scores is None:
-                raise ValueError(
-                    "the active scheduler (scheduler.active_share > 0) needs wm_scores in plan()"
-                )
+        n = len(keys)
+        if n == 0:
+            raise ValueError("plan() needs at least one group")
+        tasks = _task_keys(task_keys, n)
+        sched = self.config.scheduler
+        wm = None
+        if wm_scores is not None:
             wm = _validate_scores("wm_scores", wm_scores, None)
-            if wm.shape[0] != len(keys):
-                raise ValueError(f"wm_scores has {wm.shape[0]} groups but {len(keys)} keys were given")
+            if wm.shape[0] != n:
+                raise ValueError(f"wm_scores has {wm.shape[0]} groups but {n} keys were given")
+        if group_size is not None:
+            if (
+                isinstance(group_size, bool)
+                or not isinstance(group_size, (int, np.integer))
+                or group_size < 1
+            ):
+                raise ValueError(f"group_size must be an integer >= 1; got {group_size!r}")
+            if wm is not None and wm.shape[1] != group_size:
+                raise ValueError(
+                    f"group_size={group_size} but wm_scores has {wm.shape[1]} rollouts per group"
+                )
+        width = wm.shape[1] if wm is not None else (None if group_size is None else int(group_size))
+        for name, value in (("active_share", sched.active_share), ("rollout_share", sched.rollout_share)):
+            if value > 0 and wm is None:
+                raise ValueError(f"scheduler.{name} > 0 reads world-model scores: pass wm_scores to plan()")
+        if sched.repeat_share > 0 and width is None:
+            raise ValueError(
+                "scheduler.repeat_share > 0 chooses single rollouts: pass wm_scores or group_size"
+            )
+        uncertainty = None
+        if sched.active_share > 0:
             per_item = self.debiaser.uncertainty(wm)
             known = ~np.isnan(wm)
             uncertainty = np.where(
                 known.any(axis=1), (per_item * known).sum(axis=1) / np.maximum(known.sum(axis=1), 1), 0.0
             )
-        mask = self.scheduler.select(self.step_count, keys, tasks, uncertainty, in_flight, self.fraction)
+        step = self.step_count
+        budget = self.scheduler.count(step, n, in_flight, self.fraction)
+        whole = self.scheduler.split(step, budget, n)
+        mask = self.scheduler.select(step, keys, tasks, uncertainty, in_flight, self.fraction, count=whole)
+        execute = repeat = None
+        if width is not None:
+            execute = np.repeat(mask[:, None], width, axis=1)
+            if whole < budget:
+                # The same number of executions as the whole groups they replace.
+                solutions = None if solution_keys is None else _solution_keys(solution_keys, wm.shape)
+                execute |= self.scheduler.select_rollouts(
+                    step, keys, wm, mask, (budget - whole) * width, solutions
+                )
+            repeat = self.scheduler.select_repeats(step, keys, execute)
         return Plan(
-            step=self.step_count, group_keys=keys, task_keys=tasks, anchor=mask, fraction=self.fraction
+            step=step,
+            group_keys=keys,
+            task_keys=tasks,
+            anchor=mask,
+            fraction=self.fraction,
+            execute=execute,
+            repeat=repeat,
         )
 
     def correct(
@@ -252,66 +433,123 @@ class Corrector:
         plan: Plan,
         wm_scores: np.ndarray | Sequence[Sequence[float | None]],
         anchor_scores: np.ndarray | Sequence[Sequence[float | None]],
-        wm_variance: np.ndarray | None = None,
+        wm_variance: np.ndarray | Sequence[Sequence[float | None]] | None = None,
+        *,
+        anchor_repeats: np.ndarray | Sequence[Sequence[float | None]] | None = None,
+        anchor_noise: NoiseModel | np.ndarray | None = None,
+        solution_keys: Sequence[Sequence[str | None]] | np.ndarray | None = None,
     ) -> Correction:
         """Calibrate, fuse and form advantages for the step ``plan`` was made for.
 
         Args:
             plan: this step's plan (from :meth:`plan`; the corrector refuses a stale one).
             wm_scores: ``(n_groups, G)`` world-model scores of every group, NaN/None = unknown.
-            anchor_scores: ``(n_groups, G)`` real scores; only anchor groups may hold values
-                (rows of world-model groups must be all NaN/None).
-            wm_variance: optional ``(n_groups, G)`` per-call noise variance of each world-model score.
+            anchor_scores: ``(n_groups, G)`` real scores; only the plan's executed rollouts
+                (``plan.execute_mask(G)``) may hold values.
+            wm_variance: optional ``(n_groups, G)`` per-call noise variance of each world-model score
+                (score units², >= 0; NaN = not reported).
+            anchor_repeats: optional ``(n_groups, G)`` real scores of the second executions
+                (``plan.repeat_mask(G)``), NaN where not repeated or unknown. A repeated rollout's
+                reward is the mean of its known executions; the pairs measure the execution noise.
+            anchor_noise: the anchor source's declared execution noise: a
+                :class:`~wmrl.core.sources.NoiseModel` (``declared_noise(source)``) or a per-rollout
+                ``(n_groups, G)`` variance array (score units²). Measured repeats take precedence;
+                with neither, execution is assumed deterministic (``wmrl/exec_noise_route`` = 0).
+            solution_keys: optional ``(n_groups, G)`` key of each rollout's solution (a hash of the
+                code, of the action sequence; ``None`` = unknown). Equal keys mean "the same
+                solution": the fusion measures from them how far the world model's error on a
+                solution persists (``docs/method.md`` §3).
         """
         if plan.step != self.step_count:
             raise ValueError(
                 f"plan is for step {plan.step} but the corrector is at step {self.step_count}: plan each step once"
             )
         n = len(plan.group_keys)
+        if n == 0:
+            raise ValueError("correct() needs a plan with at least one group")
         wm = _validate_scores("wm_scores", wm_scores, None)
         if wm.shape[0] != n:
             raise ValueError(f"wm_scores has {wm.shape[0]} groups; the plan has {n}")
-        real = _validate_scores("anchor_scores", anchor_scores, wm.shape)
-        noise = None if wm_variance is None else _validate_scores("wm_variance", wm_variance, wm.shape)
+        shape = wm.shape
+        real = _validate_scores("anchor_scores", anchor_scores, shape)
+        execute = plan.execute_mask(shape[1])
+        repeat_mask = plan.repeat_mask(shape[1])
         anchor = plan.anchor
-        stray = ~anchor & ~np.isnan(real).all(axis=1)
-        if stray.any():
-            raise ValueError(
-                f"anchor_scores hold values for world-model groups {np.flatnonzero(stray).tolist()}: "
-                "only the plan's anchor groups are graded by real execution"
-            )
+        _refuse_stray("anchor_scores", real, execute, "executed rollouts (plan.execute)")
+        second = None
+        if anchor_repeats is not None:
+            second = _validate_scores("anchor_repeats", anchor_repeats, shape)
+            _refuse_stray("anchor_repeats", second, repeat_mask, "repeated rollouts (plan.repeat)")
+        noise = None
+        if wm_variance is not None:
+            noise = _validate_scores("wm_variance", wm_variance, shape)
+            if (noise < 0).any():
+                raise ValueError(
+                    "wm_variance holds negative values: a variance is >= 0 (score units²), NaN if unknown"
+                )
+        declared = self._declared(anchor_noise, shape, real, second)
+        keys = _solution_keys(solution_keys, shape)
         task_of_item = np.array(
-            [[t] * wm.shape[1] for t in (plan.task_keys or ("",) * n)], dtype=object
-        ).reshape(wm.shape)
+            [[t] * shape[1] for t in (plan.task_keys or ("",) * n)], dtype=object
+        ).reshape(shape)
         metrics: dict[str, float | None] = {}
 
+        # 0. Repeated executions: the noise measurement, and the rewards as means of the executions.
+        repeats = self.exec_noise.observe(real, second)
+        executions = (~np.isnan(real)).astype(np.int64)
+        if second is not None:
+            executions += ~np.isnan(second)
+            with np.errstate(invalid="ignore"):
+                real_mean = np.where(
+                    executions > 0, np.nansum(np.stack([real, second]), axis=0) / executions, np.nan
+                )
+        else:
+            real_mean = real
+
         # 1. Prequential measurement on anchor pairs, with the map fitted before they arrived.
-        pair = anchor[:, None] & ~np.isnan(wm) & ~np.isnan(real)
+        pair = execute & ~np.isnan(wm) & ~np.isnan(real_mean)
         rows, cols = np.nonzero(pair)
         calibrated_pairs = self.debiaser.calibrate(wm[rows, cols], task_of_item[rows, cols])
-        real_groups, cal_groups, noise_groups = [], [], []
-        slope = self._map_slope(wm[rows, cols], task_of_item[rows, cols]) if noise is not None else None
-        for g in np.flatnonzero(anchor):
-            sel = rows == g
-            if sel.sum() >= 2:
-                real_groups.append(real[g, cols[sel]])
-                cal_groups.append(calibrated_pairs[sel])
-                if noise is not None:
-                    var = noise[g, cols[sel]]
-                    noise_groups.append(None if np.isnan(var).any() else var * slope[sel] ** 2)
-        self.fusion.observe(real_groups, cal_groups, noise_groups if noise is not None else None)
+        exec_var, route = self.exec_noise.variances(
+            declared, calibrated_pairs, executions[rows, cols], (rows, cols)
+        )
+        in_anchor = anchor[rows]
+        wm_var = None
+        if noise is not None:
+            slope = self._map_slope(wm[rows, cols], task_of_item[rows, cols])
+            wm_var = (noise[rows, cols] * slope**2)[in_anchor]
+        used_real = execute & ~np.isnan(real_mean)
+        if keys is not None and (execute & ~anchor[:, None]).any():
+            # A solution executed this step needs no second opinion: its real score (the mean of its
+            # executions) serves every other rollout of it in world-model groups.
+            real_mean, used_real = _share_executed(real_mean, used_real, anchor, keys)
+        self.fusion.observe(
+            FusionInputs(
+                real=real_mean[rows, cols][in_anchor],
+                calibrated=calibrated_pairs[in_anchor],
+                group=rows[in_anchor],
+                exec_var=exec_var[in_anchor],
+                wm_var=wm_var,
+                keys=None if keys is None else keys[rows, cols][in_anchor],
+                n_groups=n,
+            )
+        )
 
         # 2. Add the pairs, refit once for the step.
         diag = self.debiaser.observe(
-            self.step_count, wm[rows, cols], real[rows, cols], rows, task_of_item[rows, cols]
+            self.step_count, wm[rows, cols], real_mean[rows, cols], rows, task_of_item[rows, cols]
         )
         self.debiaser.refit(self.step_count)
 
-        # 3. Rewards: real in anchor groups, calibrated world model elsewhere.
+        # 3. Rewards: real in anchor groups (unknown stays unknown) and in executed single rollouts
+        #    (an unknown one falls back to its world-model score), calibrated world model elsewhere.
         calibrated = self.debiaser.calibrate(wm, task_of_item)
-        rewards = np.where(anchor[:, None], real, calibrated)
+        rewards = np.where(anchor[:, None] | used_real, real_mean, calibrated)
         ga = group_advantages(rewards, None, self.config.advantages)
-        weights = self.fusion.weights(anchor, ga.contributes)
+        known = ~np.isnan(rewards)
+        is_real = (anchor[:, None] | used_real) & known
+        share = is_real.sum(axis=1) / np.maximum(known.sum(axis=1), 1)
+        weights = self.fusion.weights(anchor, ga.contributes, share)
         advantages = ga.advantages * weights[:, None]
 
         # 4. Bookkeeping: commit the selection, move the budget, report.
@@ -319,6 +557,17 @@ class Corrector:
         self.step_count += 1
         self._update_budget()
         metrics.update(self._metrics(plan, wm, real, anchor, ga, weights, diag))
+        metrics.update(
+            {
+                "wmrl/exec_noise_var": float(exec_var[in_anchor].mean()) if in_anchor.any() else None,
+                "wmrl/exec_noise_route": float(route),
+                "wmrl/exec_noise_measured": self.exec_noise.measured_var,
+                "wmrl/exec_repeats": repeats["repeats"],
+                "wmrl/exec_repeat_differs": repeats["differs"],
+                "wmrl/executions": float(execute.sum() + repeat_mask.sum()),
+                "wmrl/rollout_anchors": float((execute & ~anchor[:, None]).sum()),
+            }
+        )
         return Correction(
             rewards=rewards,
             advantages=advantages,
@@ -326,18 +575,58 @@ class Corrector:
             anchor=anchor.copy(),
             metrics=metrics,
             calibrated=calibrated,
+            executed=is_real,
         )
 
+    @staticmethod
+    def _declared(
+        anchor_noise: NoiseModel | np.ndarray | None,
+        shape: tuple[int, int],
+        real: np.ndarray,
+        second: np.ndarray | None,
+    ) -> NoiseModel | np.ndarray | None:
+        """Validate the declared execution noise against the scores it describes."""
+        if anchor_noise is None:
+            return None
+        if isinstance(anchor_noise, NoiseModel):
+            if anchor_noise.kind == "bernoulli":
+                for name, scores in (("anchor_scores", real), ("anchor_repeats", second)):
+                    if scores is not None:
+                        known = scores[~np.isnan(scores)]
+                        if ((known != 0) & (known != 1)).any():
+                            raise ValueError(
+                                f"the anchor declares bernoulli noise but {name} holds values other than 0 and 1"
+                            )
+            return anchor_noise
+        if not isinstance(anchor_noise, np.ndarray) and not isinstance(anchor_noise, (list, tuple)):
+            raise ValueError(
+                f"anchor_noise must be a NoiseModel or a (n_groups, G) variance array; got {type(anchor_noise).__name__}"
+            )
+        var = _validate_scores("anchor_noise", anchor_noise, shape)
+        if (var < 0).any():
+            raise ValueError("anchor_noise holds negative variances: a variance is >= 0 (score units²)")
+        return var
+
     def _map_slope(self, x: np.ndarray, keys: np.ndarray) -> np.ndarray:
-        """Local slope of the current map at ``x`` (maps per-call noise onto the calibrated scale)."""
+        """Local slope of the current map at ``x`` (maps per-call noise onto the calibrated scale).
+
+        A central difference over 5% of the map's range (relative, so units do not matter); a map
+        with a single knot is constant, slope 0.
+        """
         if not self.debiaser.calibrated:
             return np.ones_like(x)
-        h = 0.05 * max(float(np.ptp(self.debiaser.pooled.x_knots)), 1e-6)
+        span = float(np.ptp(self.debiaser.pooled.x_knots))
+        if span <= 0:
+            return np.zeros_like(x)
+        h = 0.05 * span
         return (self.debiaser.calibrate(x + h, keys) - self.debiaser.calibrate(x - h, keys)) / (2 * h)
 
     def _update_budget(self) -> None:
         cfg = self.config.budget
-        rho = self.fusion.disagreement
+        # The budget follows the reward-scale disagreement E/S, the signal it was designed on: the
+        # advantage-scale E/q rises on its own as groups turn flat late in a run (q falls), which
+        # would push the budget to its cap without the world model getting any worse.
+        rho = self.fusion.reward_disagreement
         if not cfg.adaptive or rho is None or self.fusion.groups_measured < self.config.fusion.min_groups:
             return
         if self.budget_reference is None:
@@ -376,6 +665,11 @@ class Corrector:
             "wmrl/signal_var": fusion.signal_var,
             "wmrl/error_var": fusion.error_var,
             "wmrl/noise_var": fusion.noise_var,
+            "wmrl/anchor_error_var": fusion.anchor_error_var,
+            "wmrl/exec_reliability": fusion.reliability,
+            "wmrl/persistence": fusion.persistence,
+            "wmrl/design_effect": fusion.design_effect,
+            "wmrl/variance_ratio": fusion.ratio,
             "wmrl/weight_anchor": stream_mean(anchor),
             "wmrl/weight_world_model": stream_mean(~anchor),
             "wmrl/anchor_share": float(weights[anchor & contributes].sum()) / total_w
@@ -398,6 +692,7 @@ class Corrector:
             "scheduler": self.scheduler.state_dict(),
             "debiaser": self.debiaser.state_dict(),
             "fusion": self.fusion.state_dict(),
+            "exec_noise": self.exec_noise.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -416,6 +711,7 @@ class Corrector:
         self.scheduler.load_state_dict(state["scheduler"])
         self.debiaser.load_state_dict(state["debiaser"])
         self.fusion.load_state_dict(state["fusion"])
+        self.exec_noise.load_state_dict(state["exec_noise"])
 
     def save(self, path: str | Path) -> Path:
         """Write the state as JSON (exact: floats round-trip through ``repr``)."""

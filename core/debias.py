@@ -69,7 +69,10 @@ class DebiasConfig:
             self.max_pairs >= self.min_pairs,
             f"debias.max_pairs ({self.max_pairs}) must be >= min_pairs ({self.min_pairs})",
         )
-        require(self.shrinkage >= 0, f"debias.shrinkage must be >= 0; got {self.shrinkage}")
+        require(
+            0 <= self.shrinkage < float("inf"),
+            f"debias.shrinkage must be finite and >= 0; got {self.shrinkage}",
+        )
         require(self.min_key_pairs >= 2, f"debias.min_key_pairs must be >= 2; got {self.min_key_pairs}")
 
 
@@ -89,28 +92,75 @@ class IsotonicMap:
     ) -> IsotonicMap:
         """Weighted isotonic fit of ``y`` on ``x``: scikit-learn's ``IsotonicRegression``, minus its overhead.
 
-        Equal ``x`` values are first pooled into their weighted mean, as ``IsotonicRegression``
-        does; the ordered problem is then solved by ``scipy.optimize.isotonic_regression``, the
-        pool-adjacent-violators solver ``IsotonicRegression`` itself delegates to. Calling it on our
-        already-validated, already-sorted window skips the estimator's per-call validation and sort,
-        which dominated the cost of refitting every step. The result equals
+        As ``IsotonicRegression`` does, zero-weight samples are dropped first, then ``x`` values
+        that sklearn treats as equal are pooled into their weighted mean ``y`` (see
+        :func:`pool_ties`); the ordered problem is solved by ``scipy.optimize.isotonic_regression``,
+        the pool-adjacent-violators solver ``IsotonicRegression`` itself delegates to. Calling it on
+        our already-validated, already-sorted window skips the estimator's per-call validation and
+        sort, which dominated the cost of refitting every step. The result equals
         ``IsotonicRegression(out_of_bounds="clip")`` on the same weighted data (checked in the tests).
+
+        Raises:
+            ValueError: no sample has a positive weight.
         """
         weight = np.ones_like(x) if weight is None else np.asarray(weight, dtype=float)
         if not presorted:
             order = np.argsort(x, kind="mergesort")
             x, y, weight = x[order], y[order], weight[order]
-        # x is sorted: runs of equal values start where it changes (no second sort, unlike np.unique).
-        starts = np.flatnonzero(np.concatenate(([True], x[1:] != x[:-1])))
+        positive = weight > 0
+        if not positive.all():
+            x, y, weight = x[positive], y[positive], weight[positive]
+        if not x.size:
+            raise ValueError("an isotonic fit needs at least one pair with a positive weight")
+        starts = pool_ties(x)
         knots = x[starts]
         w_sum = np.add.reduceat(weight, starts)
-        keep = w_sum > 0
-        y_mean = np.add.reduceat(weight * y, starts)[keep] / w_sum[keep]
-        fitted = isotonic_regression(y_mean, weights=w_sum[keep], increasing=True).x
-        return cls(knots[keep], fitted)
+        y_mean = np.add.reduceat(weight * y, starts) / w_sum
+        fitted = isotonic_regression(y_mean, weights=w_sum, increasing=True).x
+        return cls(knots, fitted)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         return np.interp(x, self.x_knots, self.y_knots)
+
+
+# scikit-learn's tie tolerance: ``np.finfo(float64).resolution``, absolute, as in its ``_make_unique``.
+TIE_RESOLUTION = float(np.finfo(np.float64).resolution)
+
+
+def pool_ties(x: np.ndarray) -> np.ndarray:
+    """Start index of each run of sorted ``x`` that scikit-learn's isotonic fit pools into one knot.
+
+    scikit-learn (``sklearn._isotonic._make_unique``) scans the sorted values and starts a new knot
+    at ``x[j]`` only when ``x[j] - x[start] >= resolution`` (1e-15), ``x[start]`` being the first value
+    of the current knot; so ``0.3`` and ``0.1 + 0.2`` are one knot. A gap of at least the resolution
+    between neighbours always starts a knot, so the scan is only needed inside the rare runs of
+    near-ties that span more than the resolution.
+
+    Args:
+        x: ``(m,)`` sorted (non-decreasing) values, ``m >= 1``.
+
+    Returns:
+        ``(k,)`` int indices into ``x``, increasing, starting with 0.
+    """
+    if x.size == 0:
+        return np.zeros(0, dtype=np.intp)
+    step = x[1:] - x[:-1]
+    gap = np.flatnonzero(step >= TIE_RESOLUTION) + 1
+    starts = np.concatenate(([0], gap))
+    if gap.size == x.size - 1 or not np.any((step > 0) & (step < TIE_RESOLUTION)):
+        return starts  # no near-ties at all: runs of exactly equal values only (the common case)
+    ends = np.concatenate((gap, [x.size]))
+    wide = np.flatnonzero(x[ends - 1] - x[starts] >= TIE_RESOLUTION)
+    if not wide.size:
+        return starts
+    extra = []
+    for r in wide.tolist():  # a chain of near-ties: follow scikit-learn's scan exactly
+        current = x[starts[r]]
+        for j in range(int(starts[r]) + 1, int(ends[r])):
+            if x[j] - current >= TIE_RESOLUTION:
+                extra.append(j)
+                current = x[j]
+    return np.sort(np.concatenate((starts, np.array(extra, dtype=starts.dtype))))
 
 
 def within_group_bias_reduction(
@@ -130,8 +180,17 @@ def within_group_bias_reduction(
     cal_res = centre_within_groups(calibrated, index, n)[0] - y_c
     ss_raw = float(np.sum(raw_res[paired] ** 2))
     ss_cal = float(np.sum(cal_res[paired] ** 2))
-    reduction = 1.0 - ss_cal / ss_raw if ss_raw > 1e-12 else None
+    # "Nothing to reduce" is judged against the real scores' own within-group spread, so the rule
+    # does not depend on the reward's units.
+    ss_real = float(np.sum(y_c[paired] ** 2))
+    reduction = 1.0 - ss_cal / ss_raw if ss_raw > 1e-12 * ss_real and ss_raw > 0 else None
     return reduction, ss_raw, ss_cal
+
+
+def _has_two_knots(x_sorted: np.ndarray, weights: np.ndarray) -> bool:
+    """Whether the positively weighted scores of a sorted window form at least two isotonic knots."""
+    x = x_sorted[weights > 0]
+    return x.size >= 2 and float(x[-1] - x[0]) >= TIE_RESOLUTION
 
 
 class OnlineDebiaser:
@@ -243,18 +302,24 @@ class OnlineDebiaser:
         return 0.5 ** ((now - self._step) / self.config.half_life_steps)
 
     def refit(self, step: int) -> bool:
-        """Refit the maps on the window (once per step). Returns whether a fitted map is in use."""
-        # The window is sorted, so "at least two distinct scores" is "first differs from last".
-        if not self.config.enabled or self.n_pairs < self.config.min_pairs or self._x[0] == self._x[-1]:
-            # Too little (or degenerate) evidence: keep the previous map; identity before the first fit.
+        """Refit the maps on the window (once per step). Returns whether a fitted map is in use.
+
+        A map is fitted only on evidence that can shape it: at least ``min_pairs`` pairs, of which
+        those with a positive recency weight (old pairs' weights can underflow to exactly 0) hold at
+        least two scores that are distinct knots; one knot would make the map a constant. Otherwise
+        the previous map stays (the identity before the first fit).
+        """
+        if not self.config.enabled or self.n_pairs < self.config.min_pairs:
             return self.calibrated
         weights = self._weights(step)
+        if not _has_two_knots(self._x, weights):
+            return self.calibrated
         self.pooled = IsotonicMap.fit(self._x, self._y, weights, presorted=True)
         self.per_key = {}
         if self.config.per_key:
             for code in np.unique(self._key):
                 sel = self._key == code
-                if sel.sum() >= self.config.min_key_pairs and np.unique(self._x[sel]).size >= 2:
+                if sel.sum() >= self.config.min_key_pairs and _has_two_knots(self._x[sel], weights[sel]):
                     self.per_key[self._key_names[code]] = (
                         IsotonicMap.fit(self._x[sel], self._y[sel], weights[sel], presorted=True),
                         float(weights[sel].sum()),
@@ -291,13 +356,16 @@ class OnlineDebiaser:
         if self.n_pairs == 0:
             return np.where(np.isnan(wm), 0.0, 1.0)
         lo, hi = float(np.min(self._x)), float(np.max(self._x))
-        edges = np.linspace(lo, hi + 1e-9, bins + 1)
+        # The top score lands in bin `bins` and is clipped into the last one: no absolute epsilon.
+        edges = np.linspace(lo, hi, bins + 1)
         pair_bin = np.clip(np.searchsorted(edges, self._x, side="right") - 1, 0, bins - 1)
         fitted = self.calibrate(self._x)
         resid2 = (self._y - fitted) ** 2
         counts = np.bincount(pair_bin, minlength=bins).astype(float)
         sums = np.bincount(pair_bin, weights=resid2, minlength=bins)
-        pooled_var = float(resid2.mean()) + 1e-6
+        # A floor relative to the real scores' spread keeps a perfect fit from scoring 0 everywhere.
+        scale = float(np.var(self._y)) or float(np.mean(self._y**2)) or 1.0
+        pooled_var = float(resid2.mean()) + 1e-6 * scale
         # A bin with no pairs gets the pooled residual variance over half a pair: maximally uncertain.
         var = np.where(counts > 0, sums / np.maximum(counts, 1.0), pooled_var)
         se2 = var / np.where(counts > 0, counts, 0.5)
@@ -322,14 +390,62 @@ class OnlineDebiaser:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._x = np.asarray(state["x"], dtype=float).copy()
-        self._y = np.asarray(state["y"], dtype=float).copy()
-        self._step = np.asarray(state["step"], dtype=np.int64).copy()
-        self._key_names, self._key_codes = [], {}
-        self._key = np.array([self._code(str(k)) for k in state["key"]], dtype=np.int64)
-        self._seq = np.asarray(state["seq"], dtype=np.int64).copy()
-        self._next_seq = int(state["next_seq"])
+        """Restore a :meth:`state_dict`, validated as the fusion state is: a broken state raises ``ValueError``.
+
+        Checked: the window's arrays have one entry per pair; pairs are finite; the window is sorted
+        by world-model score (refits rely on it); arrival numbers are unique and below ``next_seq``;
+        the window is no larger than ``max_pairs``; fitted maps have matching, finite, sorted knots.
+        """
+        x = np.asarray(state["x"], dtype=float).copy()
+        y = np.asarray(state["y"], dtype=float).copy()
+        step = np.asarray(state["step"], dtype=np.int64).copy()
+        keys = [str(k) for k in state["key"]]
+        seq = np.asarray(state["seq"], dtype=np.int64).copy()
+        next_seq = int(state["next_seq"])
+        m = x.size
+        if not (x.shape == y.shape == step.shape == seq.shape == (m,) and len(keys) == m):
+            raise ValueError(
+                f"debiaser state: x, y, step, key and seq must be 1-D with one entry per pair; got lengths "
+                f"{x.size}, {y.size}, {step.size}, {len(keys)}, {seq.size}"
+            )
+        if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
+            raise ValueError("debiaser state holds non-finite pairs (unknown scores never enter the window)")
+        if m > 1 and np.any(np.diff(x) < 0):
+            raise ValueError("debiaser state: the window must be sorted by world-model score")
+        if m > self.config.max_pairs:
+            raise ValueError(f"debiaser state holds {m} pairs, more than max_pairs={self.config.max_pairs}")
+        if m and (np.unique(seq).size != m or seq.min() < 0 or seq.max() >= next_seq):
+            raise ValueError("debiaser state: arrival numbers must be unique and in [0, next_seq)")
         pooled = state["pooled"]
-        self.pooled = None if pooled is None else IsotonicMap(pooled[0], pooled[1])
-        self.per_key = {str(k): (IsotonicMap(v[0], v[1]), float(v[2])) for k, v in state["per_key"].items()}
-        self.fits = int(state["fits"])
+        pooled_map = None if pooled is None else _checked_map("pooled", pooled[0], pooled[1])
+        per_key = {}
+        for k, v in state["per_key"].items():
+            n_k = float(v[2])
+            if not (np.isfinite(n_k) and n_k > 0):
+                raise ValueError(
+                    f"debiaser state: per-key map {k!r} has weight {n_k}; it must be finite and > 0"
+                )
+            per_key[str(k)] = (_checked_map(f"per-key map {k!r}", v[0], v[1]), n_k)
+        fits = int(state["fits"])
+        if fits < 0:
+            raise ValueError(f"debiaser state: fits must be >= 0; got {fits}")
+        self._x, self._y, self._step, self._seq, self._next_seq = x, y, step, seq, next_seq
+        self._key_names, self._key_codes = [], {}
+        self._key = np.array([self._code(k) for k in keys], dtype=np.int64)
+        self.pooled = pooled_map
+        self.per_key = per_key
+        self.fits = fits
+
+
+def _checked_map(name: str, x_knots: Any, y_knots: Any) -> IsotonicMap:
+    xk = np.asarray(x_knots, dtype=float)
+    yk = np.asarray(y_knots, dtype=float)
+    if xk.ndim != 1 or xk.shape != yk.shape or xk.size == 0:
+        raise ValueError(
+            f"debiaser state: the {name} needs matching 1-D knots; got {xk.shape} and {yk.shape}"
+        )
+    if not (np.all(np.isfinite(xk)) and np.all(np.isfinite(yk))):
+        raise ValueError(f"debiaser state: the {name} has non-finite knots")
+    if np.any(np.diff(xk) <= 0) or np.any(np.diff(yk) < 0):
+        raise ValueError(f"debiaser state: the {name} must have increasing x knots and non-decreasing values")
+    return IsotonicMap(xk, yk)

@@ -1,35 +1,51 @@
-"""Inverse-variance fusion of the anchor and world-model gradient streams.
+"""Inverse-variance fusion of the anchor and world-model gradient streams, measured on the advantages.
 
-Each GRPO group contributes ``Σ_i A_i ∇log π(y_i)`` to the gradient. An anchor group's advantages
-come from real execution; a world-model group's from calibrated world-model scores, which err.
-Per rollout, with advantages measured in reward units:
+Each GRPO group contributes ``Σ_i A_i ∇log π(y_i)``. The error that reaches the gradient is the
+error of the *advantages* ``A`` the update uses (standardised within the group, or centred when
+``AdvantageConfig.standardize`` is off), so that is where the fusion measures it. Per rollout, in
+advantage units (``docs/method.md`` §2 derives every line):
 
-* ``S`` — the variance of the real, within-group-centred rewards (the signal every group carries,
-  and the sampling noise of the policy gradient scales with it);
-* ``E`` — the mean squared error of the calibrated world model's centred scores against the real
-  centred scores, ``mean(((c - c̄) - (r - r̄))²)``, measured on anchor groups, which carry both.
+* ``q`` — the mean squared advantage of the truth (1 for standardised advantages); the policy
+  gradient's own sampling noise scales with it, in every group;
+* ``N`` — the anchor's error: real execution is noisy (a script's score varies with its seed, a
+  flaky run fails, an episode's outcome is a Bernoulli draw), so real advantages err too. From the
+  execution-noise variance ``σ²`` (declared by the source, measured from repeated executions, or
+  assumed 0) the reliability of a real group is ``ρ² = 1 - Σσ²(1 - 1/m) / Σ(r - r̄)²`` and the real
+  advantages' error is ``2q(1 - ρ)`` (standardised) or ``Σσ²(1 - 1/m)/M`` (centred);
+* ``E`` — the calibrated world model's error against the *true* advantages, measured on anchor
+  groups against the noisy real ones and corrected for that noise (Spearman's correction for
+  attenuation): ``E = q_c + q - 2 k/ρ`` with ``q_c`` the world model's mean squared advantage and
+  ``k`` its mean product with the real advantages. A per-group positive-affine distortion of the
+  real scores has ``E = 0``;
+* persistence: the world model's error on a solution is largely the same every time that solution
+  is graded, so it adds up over the steps of the accumulated update while fresh noise averages out.
 
-A world-model group's gradient then has error variance ``S + E`` against ``S`` for an anchor
-group, and the minimum-variance convex combination weights each group by the inverse:
-``w_anchor / w_wm = 1 + E/S``, normalised so that the batch-mean group weight is 1 (the fusion
-must not secretly change the learning rate). ``docs/method.md`` derives this.
+A world-model group's gradient has error variance ``V_wm`` against ``V_a = q + N`` for an anchor
+group, and the minimum-variance combination with mean weight 1 weights each group by ``1/V`` (a
+group with a share ``s`` of executed rollouts by ``1/(s·V_a + (1 - s)·V_wm)``).
 
 Modes:
 
-* ``inverse_variance``: the rule above, ``E`` and ``S`` re-estimated every step from
-  exponentially-decayed sums over anchor groups, measured prequentially (the map that scored a
-  pair had not seen it).
-* ``mse`` (default; chosen by ``wmrl bench synthetic``, see ``docs/benchmarks.md``): errors that persist across steps (the world model's per-solution bias) add up
-  coherently over the ``bias_horizon`` steps a solution keeps being sampled, while fresh noise
-  averages out; the persistent part of ``E`` is counted ``bias_horizon`` times:
-  ``w_anchor / w_wm = 1 + (N + H·max(E - N, 0)) / S`` with ``N`` the world model's per-call noise
-  variance (from the variances the source reports; 0 when it reports none, so all error counts
-  as persistent).
+* ``mse`` (default): ``V_a = q + N`` and, with ``persistence="horizon"`` (default),
+  ``V_wm = q + F + H·(E - F)``: ``F`` the per-call noise the world model reports (fresh), the rest
+  of ``E`` persistent and counted ``H = bias_horizon`` times. ``H`` is a constant justified by
+  measurement (``wmrl bench synthetic``, ``docs/benchmarks.md``): the measured design effect below
+  gives lower anchor weights than the benchmark's dynamics reward. With ``persistence="measured"``
+  and solution keys, ``V_wm = q·κ_s + κ_e(1 + ψ)·E``: rollouts of one solution share a score
+  gradient, so ``κ`` turn per-rollout sums into keyed (gradient-geometry) ones, and ``ψ`` is the
+  error shared with other groups and steps (same-key products across anchor groups within the
+  memory ``β^|Δt|``, scaled by ``(1 - f)/f``, net of execution noise; see :meth:`Fusion._keyed`).
+  ``ψ`` is reported (``wmrl/persistence``) whenever keys are given, ``None`` otherwise.
+* ``inverse_variance``: ``D = 1`` (every error treated as fresh noise).
 * ``paper``: the official heuristic. Anchor weight ``clip(1 + c·s², 1, w_max)`` with ``s²`` an EMA
   (half-life 64 groups) of per-group disagreement and ``c`` frozen after ``warmup_groups`` so that
   the weight equals ``target_weight`` then; world-model groups keep weight 1 and nothing is
   normalised, so the mean weight (the implied learning-rate multiplier) exceeds 1.
 * ``none``: every weight is 1.
+
+``scale="reward"`` keeps the previous estimator for comparison: errors in reward units
+(``S = E[r̃²]``, ``E = E[(c̃ - r̃)²]``, the anchor's own noise ignored) and ``w_a/w_wm = 1 + E/S``
+(``inverse_variance``) or ``1 + (N + H·(E - N))/S`` (``mse``).
 """
 
 from __future__ import annotations
@@ -41,12 +57,18 @@ from typing import Any, Literal
 
 import numpy as np
 
-from wmrl.core.advantages import centre_within_groups
+from wmrl.core.advantages import AdvantageConfig
 from wmrl.core.config import require
 
-__all__ = ["Fusion", "FusionConfig", "group_disagreement"]
+__all__ = ["Fusion", "FusionConfig", "FusionInputs", "group_disagreement"]
 
 FusionMode = Literal["inverse_variance", "mse", "paper", "none"]
+FusionScale = Literal["advantage", "reward"]
+Persistence = Literal["horizon", "measured"]
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -54,20 +76,36 @@ class FusionConfig:
     """Settings of the stream weights.
 
     Attributes:
-        mode: ``inverse_variance`` | ``mse`` | ``paper`` | ``none`` (see the module docstring).
-        half_life_steps: decay of the variance estimates, in training steps.
+        mode: ``mse`` | ``inverse_variance`` | ``paper`` | ``none`` (see the module docstring).
+        scale: ``advantage`` (errors measured on the advantages the update uses, execution noise
+            separated) or ``reward`` (the previous estimator, kept for comparison).
+        persistence: ``horizon`` (the persistent part of ``E`` counted ``bias_horizon`` times) or
+            ``measured`` (the keyed design effect, when solution keys are given; else ``horizon``).
+        half_life_steps: decay of the variance, noise and persistence estimates, in training steps
+            (how fast the estimates forget).
         min_groups: anchor groups measured before weights depart from 1.
-        max_ratio: cap on ``w_anchor / w_wm`` (guards against a tiny ``S`` estimate).
-        bias_horizon: ``H`` of the ``mse`` mode, in steps.
+        max_ratio: cap on ``V_wm / V_a`` and on its inverse (guards against a tiny estimate).
+        bias_horizon: ``H``, the multiplier of persistent error in ``mse`` (``persistence="horizon"``,
+            or ``measured`` without keys, and ``scale="reward"``), in steps: 16 chosen by the
+            benchmark (see ``docs/benchmarks.md``); the previous default was 8.
+        persistence_half_life_steps: the memory of the accumulated update over which the errors
+            of repeated solutions add up (the kernel ``β^|Δt|`` of ``ψ``), in steps.
+        min_keyed_rollouts: anchor pairs carrying a solution key needed before ``ψ`` is measured.
+        min_repeats: repeated executions needed before the measured noise variance is used.
         paper_target_weight, paper_max_weight, paper_half_life_groups, paper_warmup_groups: the
             official heuristic's constants (2.0, 4.0, 64, 32).
     """
 
     mode: FusionMode = "mse"
+    scale: FusionScale = "advantage"
+    persistence: Persistence = "horizon"
     half_life_steps: float = 20.0
     min_groups: int = 8
     max_ratio: float = 16.0
-    bias_horizon: float = 8.0
+    bias_horizon: float = 16.0
+    persistence_half_life_steps: float = 8.0
+    min_keyed_rollouts: int = 32
+    min_repeats: int = 8
     paper_target_weight: float = 2.0
     paper_max_weight: float = 4.0
     paper_half_life_groups: float = 64.0
@@ -78,145 +116,521 @@ class FusionConfig:
             self.mode in ("inverse_variance", "mse", "paper", "none"),
             f"fusion.mode must be inverse_variance, mse, paper or none; got {self.mode!r}",
         )
-        require(self.half_life_steps > 0, f"fusion.half_life_steps must be > 0; got {self.half_life_steps}")
-        require(self.min_groups >= 1, f"fusion.min_groups must be >= 1; got {self.min_groups}")
-        require(self.max_ratio >= 1, f"fusion.max_ratio must be >= 1; got {self.max_ratio}")
-        require(self.bias_horizon >= 1, f"fusion.bias_horizon must be >= 1; got {self.bias_horizon}")
         require(
-            self.paper_max_weight >= self.paper_target_weight >= 1,
-            "fusion: need 1 <= paper_target_weight <= paper_max_weight",
+            self.scale in ("advantage", "reward"),
+            f"fusion.scale must be advantage or reward; got {self.scale!r}",
         )
         require(
-            self.paper_half_life_groups > 0 and self.paper_warmup_groups >= 1,
-            "fusion: paper half-life and warm-up must be positive",
+            self.persistence in ("horizon", "measured"),
+            f"fusion.persistence must be horizon or measured; got {self.persistence!r}",
+        )
+        for name, low in (
+            ("half_life_steps", 0.0),
+            ("persistence_half_life_steps", 0.0),
+            ("paper_half_life_groups", 0.0),
+        ):
+            value = getattr(self, name)
+            require(_finite(value) and value > low, f"fusion.{name} must be finite and > 0; got {value}")
+        for name in ("max_ratio", "bias_horizon", "paper_target_weight", "paper_max_weight"):
+            value = getattr(self, name)
+            require(_finite(value) and value >= 1, f"fusion.{name} must be finite and >= 1; got {value}")
+        for name in ("min_groups", "min_keyed_rollouts", "min_repeats", "paper_warmup_groups"):
+            value = getattr(self, name)
+            require(
+                isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                f"fusion.{name} must be an integer >= 1; got {value!r}",
+            )
+        require(
+            self.paper_max_weight >= self.paper_target_weight,
+            "fusion: need 1 <= paper_target_weight <= paper_max_weight",
         )
 
 
 def group_disagreement(calibrated: np.ndarray, real: np.ndarray) -> float | None:
-    """The official per-group disagreement ``mean(((c - c̄) - (r - r̄))²) / var(r)``; ``None`` if ``var(r) ≈ 0``."""
+    """The official per-group disagreement ``mean(((c - c̄) - (r - r̄))²) / var(r)``.
+
+    ``None`` when the real scores carry no spread: ``var(r)`` at most ``1e-12`` of their mean square
+    (relative, so that rescaling the rewards never changes which groups count).
+    """
+    real = np.asarray(real, dtype=float)
+    calibrated = np.asarray(calibrated, dtype=float)
     var = float(np.var(real))
-    if var < 1e-9:
+    if var <= 1e-12 * float(np.mean(real**2)):
         return None
     return float(np.mean(((calibrated - calibrated.mean()) - (real - real.mean())) ** 2)) / var
+
+
+@dataclass
+class FusionInputs:
+    """One step's anchor pairs, flat, for :meth:`Fusion.observe`.
+
+    Attributes:
+        real: ``(M,)`` real scores of anchor rollouts graded by both sources (the mean of their
+            executions when a rollout was executed twice), reward units.
+        calibrated: ``(M,)`` the matching calibrated world-model scores (map fitted before them).
+        group: ``(M,)`` int, the anchor group of each pair (any labels; groups with < 2 pairs are skipped).
+        exec_var: ``(M,)`` execution-noise variance of each ``real`` value (reward units²); 0 = deterministic.
+        wm_var: ``(M,)`` per-call noise variance of each calibrated score, or ``None`` when unreported.
+        keys: ``(M,)`` solution key of each pair (equal keys = the same solution; ``None`` = unknown),
+            or ``None`` for no keys at all.
+        n_groups: groups in this step (anchor and world-model), for the anchor fraction ``f``.
+    """
+
+    real: np.ndarray
+    calibrated: np.ndarray
+    group: np.ndarray
+    exec_var: np.ndarray | None = None
+    wm_var: np.ndarray | None = None
+    keys: Sequence[str | None] | np.ndarray | None = None
+    n_groups: int = 0
+
+
+_SUMS = (
+    # advantage scale
+    "rollouts",  # Σ 1 over measured pairs (M)
+    "spread",  # Σ 1 over pairs in groups whose real scores are not all equal (M_s)
+    "q_real",  # Σ A_r²
+    "q_wm",  # Σ A_c² over those groups (over all groups when centring)
+    "flat_noisy",  # Σ 1 over pairs in groups whose real scores are all equal but noisy (σ² > 0)
+    "q_wm_flat",  # Σ A_c² over groups whose real scores are all equal and exact (σ² = 0)
+    "cross",  # Σ A_c·A_r
+    "real_ss",  # Σ (r - r̄)², reward units
+    "exec_ss",  # Σ σ²(1 - 1/m), reward units
+    "wm_noise_ss",  # Σ F_i, advantage units (groups that report a variance)
+    "wm_noise_n",  # Σ 1 over those rollouts
+    "resid_ss",  # Σ z², z = (c - c̄) - (r - r̄), reward units
+    # Solution keys (advantage units): per group and key, R_k = Σ A_r, D_k = Σ (A_c - A_r) over the
+    # key's rollouts; the gradient sees these sums, not the single rollouts.
+    "key_rollouts",  # Σ 1 over pairs in keyed groups
+    "key_signal",  # Σ_k R_k²
+    "key_signal_diag",  # Σ A_r² over the same rollouts
+    "key_error",  # Σ_k D_k²
+    "key_error_diag",  # Σ d²
+    "key_noise",  # Σ_k Var(noise part of R_k)
+    "key_noise_diag",  # Σ Var(noise part of A_r)
+    "key_across",  # Σ D_k·S_k over earlier anchor groups (S_k: memory-decayed Σ D of key k)
+    "stream_groups",  # Σ groups per step
+    "stream_anchors",  # Σ anchor groups per step
+    # reward scale (the previous estimator)
+    "signal_ss",
+    "error_ss",
+    "noise_ss",
+    "dof",
+    "noise_dof",
+)
 
 
 class Fusion:
     """Estimates the streams' error variances from anchor groups and turns them into group weights."""
 
-    def __init__(self, config: FusionConfig | None = None) -> None:
+    def __init__(self, config: FusionConfig | None = None, advantages: AdvantageConfig | None = None) -> None:
         self.config = config or FusionConfig()
-        self.signal_ss = 0.0  # decayed Σ (r - r̄)² over anchor groups
-        self.error_ss = 0.0  # decayed Σ ((c - c̄) - (r - r̄))²
-        self.noise_ss = 0.0  # decayed Σ per-call noise variance of the calibrated world model
-        self.dof = 0.0  # decayed Σ (m_g - 1)
-        self.noise_dof = 0.0  # decayed Σ (m_g - 1) over groups whose noise variance was reported
+        self.advantages = advantages or AdvantageConfig()
+        for name in _SUMS:
+            setattr(self, name, 0.0)
+        self.steps = 0
+        self._cache: tuple | None = None  # the step's (V_a, V_wm, D), computed once
         self.groups_measured = 0
+        # Per solution key: memory-decayed Σ z over anchor rollouts, and the step it was decayed to.
+        self.key_resid: dict[str, list[float]] = {}
         self.paper_ema: float | None = None
         self.paper_groups = 0
         self.paper_gain: float | None = None
 
     # -- estimation --------------------------------------------------------------------------
-    def observe(
-        self,
-        real_groups: Sequence[np.ndarray],
-        calibrated_groups: Sequence[np.ndarray],
-        noise_var_groups: Sequence[np.ndarray | None] | None = None,
-    ) -> dict[str, float | None]:
-        """Update the estimates with one step's anchor groups (paired, known entries only).
-
-        Args:
-            real_groups: per anchor group, the real scores of rollouts graded by both sources, shape ``(m_g,)``.
-            calibrated_groups: the matching calibrated world-model scores (prequential map), shape ``(m_g,)``.
-            noise_var_groups: per group, the per-call noise variance of each calibrated score
-                (score units²) or ``None`` when the source reports none.
-        """
+    def observe(self, inputs: FusionInputs) -> dict[str, float | None]:
+        """Update the estimates with one step's anchor pairs (known entries only); call once per step."""
         cfg = self.config
         decay = 0.5 ** (1.0 / cfg.half_life_steps)
-        self.signal_ss *= decay
-        self.error_ss *= decay
-        self.noise_ss *= decay
-        self.dof *= decay
-        self.noise_dof *= decay
-        alpha = 1.0 - 0.5 ** (1.0 / cfg.paper_half_life_groups)
-        usable = [
-            g
-            for g, (real, cal) in enumerate(zip(real_groups, calibrated_groups, strict=True))
-            if np.size(real) >= 2 and np.shape(cal) == np.shape(real)
-        ]
-        measured = len(usable)
-        if measured:
-            sizes = np.array([np.size(real_groups[g]) for g in usable])
-            index = np.repeat(np.arange(measured), sizes)
-            real = np.concatenate([np.asarray(real_groups[g], dtype=float) for g in usable])
-            cal = np.concatenate([np.asarray(calibrated_groups[g], dtype=float) for g in usable])
-            r_c, _ = centre_within_groups(real, index, measured)
-            e_c = centre_within_groups(cal, index, measured)[0] - r_c
-            ss_signal = np.bincount(index, weights=r_c**2, minlength=measured)
-            ss_error = np.bincount(index, weights=e_c**2, minlength=measured)
-            self.signal_ss += float(ss_signal.sum())
-            self.error_ss += float(ss_error.sum())
-            self.dof += float((sizes - 1).sum())
-            if noise_var_groups is not None:
-                for g, m in zip(usable, sizes, strict=True):
-                    noise = noise_var_groups[g]
-                    if noise is not None:
-                        # Centring m values removes 1/m of their independent noise.
-                        self.noise_ss += float(np.sum(noise)) * (1.0 - 1.0 / m)
-                        self.noise_dof += m - 1
-            # The official per-group disagreement, ss_error / ss_signal (= mean sq. error / var(r)),
-            # in arrival order for its EMA; groups with var(r) ~ 0 are skipped as the official code does.
-            for ss_e, ss_r, m in zip(ss_error, ss_signal, sizes, strict=True):
-                if ss_r / m < 1e-9:
-                    continue
-                d = float(ss_e / ss_r)
-                self.paper_ema = d if self.paper_ema is None else (1 - alpha) * self.paper_ema + alpha * d
-                self.paper_groups += 1
-                if (
-                    self.paper_gain is None
-                    and self.paper_groups >= cfg.paper_warmup_groups
-                    and self.paper_ema > 1e-12
-                ):
-                    # Frozen once, as in the official code: the weight is exactly the target at warm-up.
-                    self.paper_gain = (cfg.paper_target_weight - 1.0) / self.paper_ema
+        for name in _SUMS:
+            setattr(self, name, getattr(self, name) * decay)
+        self.steps += 1
+        real = np.asarray(inputs.real, dtype=float)
+        cal = np.asarray(inputs.calibrated, dtype=float)
+        labels = np.asarray(inputs.group)
+        m_total = real.size
+        if cal.shape != (m_total,) or labels.shape != (m_total,):
+            raise ValueError(
+                f"fusion inputs: real, calibrated and group must have one entry per pair; got "
+                f"{real.shape}, {cal.shape}, {labels.shape}"
+            )
+        exec_var = np.zeros(m_total) if inputs.exec_var is None else np.asarray(inputs.exec_var, dtype=float)
+        if exec_var.shape != (m_total,) or not np.all(np.isfinite(exec_var)) or (exec_var < 0).any():
+            raise ValueError("fusion inputs: exec_var must hold one finite variance >= 0 per pair")
+        self._cache = None
+        measured = 0
+        anchors = 0
+        if m_total:
+            wm_var = None if inputs.wm_var is None else np.asarray(inputs.wm_var, dtype=float)
+            keys = None if inputs.keys is None else np.asarray(inputs.keys, dtype=object)
+            if np.any(labels[1:] < labels[:-1]):  # group the pairs (the corrector passes them grouped)
+                order = np.argsort(labels, kind="stable")
+                labels, real, cal, exec_var = labels[order], real[order], cal[order], exec_var[order]
+                wm_var = None if wm_var is None else wm_var[order]
+                keys = None if keys is None else keys[order]
+            new = np.concatenate(([True], labels[1:] != labels[:-1]))
+            sizes = np.diff(np.append(np.flatnonzero(new), m_total))
+            anchors = sizes.size
+            keep = np.repeat(sizes >= 2, sizes)  # a single pair has no within-group difference
+            if keep.any():
+                if not keep.all():
+                    real, cal, exec_var = real[keep], cal[keep], exec_var[keep]
+                    wm_var = None if wm_var is None else wm_var[keep]
+                    keys = None if keys is None else keys[keep]
+                    sizes = sizes[sizes >= 2]
+                measured = self._measure(real, cal, sizes, exec_var, wm_var, keys)
         self.groups_measured += measured
+        self.stream_groups += float(inputs.n_groups)
+        self.stream_anchors += float(anchors)
         return {"fusion_groups_new": float(measured)}
+
+    def _measure(self, real, cal, sizes, exec_var, wm_var, keys) -> int:
+        """Add one step's grouped pairs (``sizes``: pairs per group, each >= 2, in order) to the sums.
+
+        A step has few anchor groups, so the cost is numpy's per-call overhead: the group statistics
+        come from a handful of stacked ``reduceat`` calls and the sums from one Gram matrix.
+        """
+        n = sizes.size
+        index = np.repeat(np.arange(n), sizes)
+        starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        m = sizes.astype(float)
+        m_i = m[index]
+        both = np.stack([real, cal])
+        centred = both - (np.add.reduceat(both, starts, axis=1) / m)[:, index]
+        var = np.add.reduceat(centred**2, starts, axis=1) / m  # (2, n) population variances
+        flat = np.maximum.reduceat(both, starts, axis=1) == np.minimum.reduceat(both, starts, axis=1)
+        r_c, c_c = centred
+        var_r, var_c = var
+        flat_r = flat[0][index]
+        if self.advantages.standardize:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                scaled = centred / (np.sqrt(var) + self.advantages.eps)[:, index]
+            # All equal: zero advantages, as group_advantages gives.
+            a_r, a_c = np.where(flat[:, index], 0.0, scaled)
+            # A group whose real scores are all equal has zero real advantages. If its scores are
+            # exact (σ² = 0 for all), the truth is flat too and the world model's spread is all error;
+            # if they are noisy (a 0/1 outcome that came out all 0), the truth's direction is unknown.
+            noisy = (np.add.reduceat(exec_var, starts) > 0)[index]
+            a_c_spread = np.where(flat_r, 0.0, a_c)
+            a_c_exact_flat = np.where(flat_r & ~noisy, a_c, 0.0)
+            self.flat_noisy += float(np.count_nonzero(flat_r & noisy))
+        else:
+            a_r, a_c = r_c, c_c
+            a_c_spread, a_c_exact_flat = a_c, np.zeros_like(a_c)
+        z = c_c - r_c
+        vectors = np.stack([a_r, a_c_spread, a_c_exact_flat, r_c, z, a_c])
+        gram = vectors @ vectors.T
+        self.rollouts += float(real.size)
+        self.spread += float(real.size - np.count_nonzero(flat_r))
+        self.q_real += float(gram[0, 0])
+        self.q_wm += float(gram[1, 1])
+        self.q_wm_flat += float(gram[2, 2])
+        self.cross += float(gram[5, 0])
+        self.real_ss += float(gram[3, 3])
+        self.exec_ss += float(exec_var @ (1.0 - 1.0 / m_i))  # centring m values removes 1/m of their noise
+        self.resid_ss += float(gram[4, 4])
+        # The previous, reward-scale estimator.
+        self.signal_ss += float(gram[3, 3])
+        self.error_ss += float(gram[4, 4])
+        self.dof += float((m - 1).sum())
+        if wm_var is not None:
+            reported = np.isfinite(wm_var)
+            if (wm_var[reported] < 0).any():
+                raise ValueError("fusion inputs: wm_var must be >= 0 (score units²)")
+            # Groups report as a whole or not at all (one unreported score leaves the group out).
+            whole = np.bincount(index, weights=(~reported).astype(float), minlength=n)[index] == 0
+            noise = np.where(whole, wm_var, 0.0) * (1.0 - 1.0 / m_i)
+            self.noise_ss += float(noise.sum())
+            self.noise_dof += float(np.sum(np.where(whole, 1.0 - 1.0 / m_i, 0.0)))
+            if self.advantages.standardize:
+                scale = (np.sqrt(var_c) + self.advantages.eps)[index] ** 2
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    noise = np.where(scale > 0, noise / scale, 0.0)
+            self.wm_noise_ss += float(noise.sum())
+            self.wm_noise_n += float(whole.sum())
+        if keys is not None:
+            # On the update's scale, like E: the residual of the advantages, and the execution noise
+            # carried onto it (linearised: divided by the group's squared standardiser).
+            d = a_c - a_r
+            # Only the part of the residual orthogonal to the real advantages can add up across
+            # groups as a wrong direction; the parallel part is a change of scale (fresh noise in
+            # the world model shrinks standardised advantages along the truth, the same sign for the
+            # same solution every time, which would otherwise read as persistence).
+            along = np.bincount(index, weights=d * a_r, minlength=n)
+            norm = np.bincount(index, weights=a_r * a_r, minlength=n)
+            d = d - np.where(norm > 0, along / np.where(norm > 0, norm, 1.0), 0.0)[index] * a_r
+            carried = exec_var
+            if self.advantages.standardize:
+                scale = (np.sqrt(var_r) + self.advantages.eps)[index] ** 2
+                carried = np.where(flat_r, 0.0, exec_var / np.where(flat_r, 1.0, scale))
+            self._last_real_advantages = a_r
+            self._cross_keys(d, index, m_i, carried, keys)
+        self._paper_update(np.add.reduceat(z**2, starts), var_r * m, np.add.reduceat(real**2, starts))
+        return n
+
+    def _cross_keys(self, z, index, m_i, exec_var, keys) -> None:
+        """Accumulate the keyed (gradient-geometry) sums of one step's anchor groups.
+
+        Rollouts with the same solution key share one score gradient, so a group's gradient is
+        ``Σ_k (Σ_{i∈k} A_i) ∇log π(k)``: its signal is ``Σ_k R_k²`` and its error ``Σ_k D_k²`` (the
+        errors of duplicates add, or cancel). Across groups, ``D_k·S_k`` with ``S_k`` the memory-decayed
+        sum of the key's ``D`` in earlier anchor groups measures the error shared between groups and
+        steps. The execution noise's part of ``R_k`` has variance
+        ``Σ_{i∈k} ν_i (1 - 2 n_k/m) + n_k² Σ_l ν_l / m²`` (centring), ``ν`` the noise on the advantages'
+        scale; independent executions share none across groups. A rollout without a key is its own key.
+
+        Args:
+            z: ``(M,)`` advantage residuals ``A_c - A_r``; index: ``(M,)`` group; m_i: ``(M,)`` group
+            size of each pair; exec_var: ``(M,)`` ``ν``; keys: ``(M,)`` object, ``None`` = no key.
+        """
+        beta = 0.5 ** (1.0 / self.config.persistence_half_life_steps)
+        now = self.steps
+        a_r = self._last_real_advantages
+        group_noise = np.bincount(index, weights=exec_var)
+        for g in range(int(index.max()) + 1):
+            sel = np.flatnonzero(index == g)
+            m = float(m_i[sel[0]])
+            sums: dict[object, list[float]] = {}
+            for i in sel.tolist():
+                key = keys[i]
+                acc = sums.setdefault(("", i) if key is None else str(key), [0.0, 0.0, 0.0, 0.0])
+                acc[0] += float(a_r[i])
+                acc[1] += float(z[i])
+                acc[2] += float(exec_var[i])
+                acc[3] += 1.0
+            self.key_rollouts += float(sel.size)
+            self.key_signal_diag += float(np.sum(a_r[sel] ** 2))
+            self.key_error_diag += float(np.sum(z[sel] ** 2))
+            self.key_noise_diag += float(np.sum(exec_var[sel])) * (1.0 - 1.0 / m)
+            for key, (r_k, d_k, noise, count) in sums.items():
+                self.key_signal += r_k * r_k
+                self.key_error += d_k * d_k
+                self.key_noise += (
+                    noise * (1.0 - 2.0 * count / m) + count * count * float(group_noise[g]) / m**2
+                )
+                if isinstance(key, str):
+                    entry = self.key_resid.get(key)
+                    if entry is not None:
+                        self.key_across += d_k * entry[0] * beta ** (now - entry[1])
+            # Added after the group, so a group is never paired with itself across.
+            for key, (_, d_k, _, _) in sums.items():
+                if not isinstance(key, str):
+                    continue
+                entry = self.key_resid.get(key)
+                if entry is None:
+                    self.key_resid[key] = [d_k, now]
+                else:
+                    entry[0] = entry[0] * beta ** (now - entry[1]) + d_k
+                    entry[1] = now
+        if now % 64 == 0:
+            # Bounded memory for ever-new keys: forget those whose weight has decayed away.
+            stale = [k for k, v in self.key_resid.items() if beta ** (now - v[1]) < 1e-6]
+            for key in stale:
+                del self.key_resid[key]
+
+    def _paper_update(self, ss_error, ss_signal, ss_raw) -> None:
+        """The official per-group disagreement EMA, in arrival order; groups with no real spread skipped.
+
+        Args: per group ``Σ z²``, ``Σ (r - r̄)²`` and ``Σ r²``, shape ``(n,)``.
+        """
+        cfg = self.config
+        alpha = 1.0 - 0.5 ** (1.0 / cfg.paper_half_life_groups)
+        # Relative rule, as in group_disagreement: var(r) <= 1e-12 · mean(r²) counts as no spread.
+        for ss_e, ss_r, ss_mean in zip(ss_error.tolist(), ss_signal.tolist(), ss_raw.tolist(), strict=True):
+            if ss_r <= 1e-12 * ss_mean:
+                continue
+            d = float(ss_e / ss_r)
+            self.paper_ema = d if self.paper_ema is None else (1 - alpha) * self.paper_ema + alpha * d
+            self.paper_groups += 1
+            if (
+                self.paper_gain is None
+                and self.paper_groups >= cfg.paper_warmup_groups
+                and self.paper_ema > 0
+            ):
+                # Frozen once, as in the official code: the weight is exactly the target at warm-up.
+                self.paper_gain = (cfg.paper_target_weight - 1.0) / self.paper_ema
+
+    # -- estimates (advantage scale, per rollout) ---------------------------------------------
+    @property
+    def reliability(self) -> float | None:
+        """``ρ²``: the share of the real scores' within-group variance that is signal, not execution noise."""
+        if self.real_ss <= 0:
+            return None
+        return float(min(max(1.0 - self.exec_ss / self.real_ss, 0.0), 1.0))
+
+    @property
+    def _spread_scale(self) -> float | None:
+        """Mean squared standardised advantage in groups whose real scores have a spread (1 up to eps)."""
+        return self.q_real / self.spread if self.spread > 0 else None
 
     @property
     def signal_var(self) -> float | None:
-        return self.signal_ss / self.dof if self.dof > 0 else None
+        """``q``: mean squared true advantage per rollout (reward² for ``scale="reward"``: ``S``).
+
+        Standardised, a group with a spread has mean square 1 (up to eps) and a flat one 0; an exact
+        flat group carries neither signal nor sampling noise, a noisy flat one (a 0/1 outcome that came
+        out all 0) is taken to hide the usual spread.
+        """
+        if self.config.scale == "reward":
+            return self.signal_ss / self.dof if self.dof > 0 else None
+        if self.rollouts <= 0:
+            return None
+        if self.advantages.standardize:
+            q_s = self._spread_scale
+            return None if q_s is None else (self.q_real + self.flat_noisy * q_s) / self.rollouts
+        return max(self.q_real / self.rollouts - self.exec_ss / self.rollouts, 0.0)
+
+    @property
+    def anchor_error_var(self) -> float | None:
+        """``N``: mean squared error of the real advantages against the true ones, per rollout."""
+        if self.config.scale == "reward":
+            return 0.0
+        q, rel = self._spread_scale if self.advantages.standardize else self.signal_var, self.reliability
+        if q is None or rel is None:
+            return None
+        if self.advantages.standardize:
+            # Groups with a spread: two unit-scale vectors with correlation ρ are 2(1 - ρ) apart.
+            # Noisy groups whose real scores came out all equal have zero advantages against a
+            # truth with a spread: they cost q. Exact flat groups cost nothing.
+            return (self.spread * 2.0 * q * (1.0 - math.sqrt(rel)) + self.flat_noisy * q) / self.rollouts
+        return self.exec_ss / self.rollouts
 
     @property
     def error_var(self) -> float | None:
-        return self.error_ss / self.dof if self.dof > 0 else None
+        """``E``: mean squared error of the calibrated world model's advantages against the true ones.
+
+        Disattenuated: ``k/λ`` estimates the product with the true advantages (``λ = ρ`` when
+        standardised, 1 when centred), bounded by Cauchy-Schwarz.
+        """
+        if self.config.scale == "reward":
+            return self.error_ss / self.dof if self.dof > 0 else None
+        q, rel = self._spread_scale if self.advantages.standardize else self.signal_var, self.reliability
+        if q is None or rel is None:
+            return None
+        if not self.advantages.standardize:
+            # Linear: <c̃, r̃> = <c̃, μ̃> + <c̃, η̃>, and the last has mean 0.
+            return max(self.q_wm / self.rollouts + q - 2.0 * self.cross / self.rollouts, 0.0)
+        exact_flat = self.rollouts - self.spread - self.flat_noisy
+        error_spread = 0.0
+        if self.spread > 0:
+            q_c = self.q_wm / self.spread
+            k = self.cross / self.spread
+            lam = math.sqrt(rel)
+            bound = math.sqrt(q_c * q)
+            # With λ = 0 the real advantages are pure noise: no relation can be shown, assume none.
+            k_true = min(max(k / lam, -bound), bound) if lam > 0 else 0.0
+            error_spread = max(q_c + q - 2.0 * k_true, 0.0)
+        # Exact flat groups: the world model's spread is all error. Noisy flat groups show nothing
+        # and are taken to err as the groups with a spread do.
+        measured = self.spread + exact_flat
+        if measured <= 0:
+            return None
+        return (self.spread * error_spread + self.q_wm_flat) / measured
 
     @property
     def noise_var(self) -> float | None:
-        """Per-call noise variance reported by the world model (``None`` when it reports none)."""
-        return self.noise_ss / self.noise_dof if self.noise_dof > 0 else None
+        """``F``: per-call noise the world model reports, per rollout (``None`` when it reports none)."""
+        if self.config.scale == "reward":
+            return self.noise_ss / self.noise_dof if self.noise_dof > 0 else None
+        return self.wm_noise_ss / self.wm_noise_n if self.wm_noise_n > 0 else None
+
+    @property
+    def anchor_share(self) -> float | None:
+        """``f``: the decayed share of groups that were anchors."""
+        return self.stream_anchors / self.stream_groups if self.stream_groups > 0 else None
+
+    def _keyed(self) -> tuple[float, float, float, float] | None:
+        """``(κ_s, κ_e, κ_n, ψ)`` from solution keys, ``None`` without enough keyed evidence.
+
+        ``κ`` are the ratios of the keyed (gradient-geometry) sums to the per-rollout sums, net of
+        execution noise: they turn the per-rollout ``q``, ``E`` and ``N`` into what the gradient
+        sees. ``ψ = 2·A·(1 - f)/f / (Σ_k D_k² - noise)`` adds the error shared with other groups and
+        steps: across-group pairs are seen only between anchor groups, a share ``f`` of the groups a
+        world-model group pairs with.
+        """
+        f = self.anchor_share
+        if self.key_rollouts < self.config.min_keyed_rollouts or f is None or f <= 0:
+            return None
+        signal = self.key_signal - self.key_noise
+        signal_diag = self.key_signal_diag - self.key_noise_diag
+        error = self.key_error - self.key_noise
+        error_diag = self.key_error_diag - self.key_noise_diag
+        if signal <= 0 or signal_diag <= 0:
+            return None
+        k_s = signal / signal_diag
+        k_e = max(error, 0.0) / error_diag if error_diag > 0 else 1.0
+        k_n = self.key_noise / self.key_noise_diag if self.key_noise_diag > 0 else 1.0
+        psi = max(2.0 * self.key_across * (1.0 - f) / f / error, 0.0) if error > 0 else 0.0
+        return k_s, k_e, k_n, psi
+
+    @property
+    def persistence(self) -> float | None:
+        """``ψ``: the world model's error shared with other groups and steps, per unit of a group's own.
+
+        ``None`` without solution keys (persistence unmeasured).
+        """
+        keyed = self._keyed() if self.config.scale == "advantage" else None
+        return None if keyed is None else keyed[3]
+
+    @property
+    def reward_disagreement(self) -> float | None:
+        """``E/S`` in reward units (the previous estimator's, noise not separated): drives the adaptive budget."""
+        if self.dof <= 0 or self.signal_ss <= 0:
+            return None
+        return self.error_ss / self.signal_ss
 
     @property
     def disagreement(self) -> float | None:
-        """``E / S``: the calibrated world model's error variance relative to the real signal."""
+        """``E / q``: the calibrated world model's error relative to the signal."""
         s, e = self.signal_var, self.error_var
-        if s is None or e is None or s < 1e-12:
+        if s is None or e is None or s <= 0:
             return None
         return e / s
 
-    @property
-    def ratio(self) -> float:
-        """``w_anchor / w_wm`` for the normalised modes (1 until enough evidence)."""
+    def _variances(self) -> tuple[float, float, float] | None:
+        """``(V_a, V_wm, D)`` per rollout, or ``None`` while there is too little evidence (cached per step)."""
+        if self._cache is None:
+            self._cache = (self._compute_variances(),)
+        return self._cache[0]
+
+    def _compute_variances(self) -> tuple[float, float, float] | None:
         cfg = self.config
         if cfg.mode in ("none", "paper") or self.groups_measured < cfg.min_groups:
-            return 1.0
-        s, e = self.signal_var, self.error_var
-        if s is None or e is None or s < 1e-12:
-            return 1.0
+            return None
+        q, e, n_a = self.signal_var, self.error_var, self.anchor_error_var
+        if q is None or e is None or n_a is None or q <= 0:
+            return None
         if cfg.mode == "inverse_variance":
-            excess = e
-        else:
-            noise = min(self.noise_var or 0.0, e)
-            excess = noise + cfg.bias_horizon * (e - noise)
-        return float(min(1.0 + excess / s, cfg.max_ratio))
+            return q + n_a, q + e, 1.0
+        keyed = self._keyed() if cfg.scale == "advantage" and cfg.persistence == "measured" else None
+        if keyed is not None:
+            k_s, k_e, k_n, psi = keyed
+            d = k_e * (1.0 + psi) / k_s
+            return q + n_a * k_n / k_s, q + d * e, d
+        # Unmeasured persistence: what the source reports as per-call noise is fresh, the rest
+        # is counted bias_horizon times.
+        fresh = min(self.noise_var or 0.0, e)
+        excess = fresh + cfg.bias_horizon * (e - fresh)
+        return q + n_a, q + excess, (excess / e if e > 0 else 1.0)
+
+    @property
+    def design_effect(self) -> float | None:
+        """The multiplier applied to ``E`` (``1 + ψ``, or the fallback's), ``None`` before warm-up."""
+        v = self._variances()
+        return None if v is None else v[2]
+
+    @property
+    def ratio(self) -> float:
+        """``V_wm / V_a``: the anchor weight over the world-model weight (1 until enough evidence).
+
+        Clipped to ``[1/max_ratio, max_ratio]``: below 1 when the world model is the better stream
+        (execution noisier than the world model's error).
+        """
+        v = self._variances()
+        if v is None:
+            return 1.0
+        cap = self.config.max_ratio
+        return float(min(max(v[1] / v[0], 1.0 / cap), cap))
 
     def paper_weight(self) -> float:
         cfg = self.config
@@ -225,52 +639,75 @@ class Fusion:
         return float(min(max(1.0 + self.paper_gain * self.paper_ema, 1.0), cfg.paper_max_weight))
 
     # -- weights -----------------------------------------------------------------------------
-    def weights(self, is_anchor: np.ndarray, contributes: np.ndarray) -> np.ndarray:
+    def weights(
+        self, is_anchor: np.ndarray, contributes: np.ndarray, executed_share: np.ndarray | None = None
+    ) -> np.ndarray:
         """Per-group loss weights, shape ``(n_groups,)``.
 
         Args:
             is_anchor: bool ``(n_groups,)``, the groups graded by real execution.
             contributes: bool ``(n_groups,)``, the groups that produce advantages (>= 2 graded).
+            executed_share: optional ``(n_groups,)`` share in [0, 1] of each group's known rewards
+                that are real (1 for anchor groups, 0 for world-model groups, in between where single
+                rollouts were executed); defaults to ``is_anchor``.
 
         Normalised modes return weights whose mean over contributing groups is exactly 1;
         non-contributing groups get weight 0 (they carry no gradient anyway).
+
+        Raises:
+            FloatingPointError: a weight came out non-finite or not positive (never applied).
         """
         is_anchor = np.asarray(is_anchor, dtype=bool)
         contributes = np.asarray(contributes, dtype=bool)
+        share = is_anchor.astype(float) if executed_share is None else np.asarray(executed_share, dtype=float)
         mode = self.config.mode
         if mode == "paper":
             w = np.where(is_anchor, self.paper_weight(), 1.0)
-            return np.where(contributes, w, 0.0)
-        raw = np.where(is_anchor, self.ratio, 1.0)
-        raw = np.where(contributes, raw, 0.0)
-        total = raw.sum()
-        if total <= 0:
-            return raw
-        return raw * (contributes.sum() / total)
+            out = np.where(contributes, w, 0.0)
+        else:
+            ratio = self.ratio
+            # 1/V_g with V_g = s·V_a + (1 - s)·V_wm, in units of V_a: s + (1 - s)·ratio.
+            raw = np.where(contributes, 1.0 / (share + (1.0 - share) * ratio), 0.0)
+            total = raw.sum()
+            out = raw * (contributes.sum() / total) if total > 0 else raw
+        used = out[contributes]
+        if not (np.all(np.isfinite(used)) and np.all(used > 0)):
+            raise FloatingPointError(
+                f"fusion produced group weights {used.tolist()}: weights must be finite and > 0 "
+                "(this is a bug; the estimates were "
+                f"signal={self.signal_var}, error={self.error_var}, anchor error={self.anchor_error_var})"
+            )
+        return out
 
     # -- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "signal_ss": self.signal_ss,
-            "error_ss": self.error_ss,
-            "noise_ss": self.noise_ss,
-            "dof": self.dof,
-            "noise_dof": self.noise_dof,
-            "groups_measured": self.groups_measured,
-            "paper_ema": self.paper_ema,
-            "paper_groups": self.paper_groups,
-            "paper_gain": self.paper_gain,
-        }
+        state: dict[str, Any] = {name: getattr(self, name) for name in _SUMS}
+        state.update(
+            steps=self.steps,
+            groups_measured=self.groups_measured,
+            key_resid={k: list(v) for k, v in self.key_resid.items()},
+            paper_ema=self.paper_ema,
+            paper_groups=self.paper_groups,
+            paper_gain=self.paper_gain,
+        )
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        for name in ("signal_ss", "error_ss", "noise_ss", "dof", "noise_dof"):
-            setattr(self, name, float(state[name]))
+        sums = {name: float(state[name]) for name in _SUMS}
+        if any(not math.isfinite(v) for v in sums.values()):
+            raise ValueError("fusion state holds non-finite sums")
+        nonnegative = [n for n in _SUMS if n not in ("cross", "key_signal", "key_noise", "key_across")]
+        if any(sums[n] < 0 for n in nonnegative):
+            raise ValueError("fusion state holds negative sums of squares or counts")
+        key_resid = {str(k): [float(v[0]), int(v[1])] for k, v in state["key_resid"].items()}
+        if any(not math.isfinite(v[0]) for v in key_resid.values()):
+            raise ValueError("fusion state holds non-finite key statistics")
+        for name, value in sums.items():
+            setattr(self, name, value)
+        self._cache = None
+        self.steps = int(state["steps"])
         self.groups_measured = int(state["groups_measured"])
+        self.key_resid = key_resid
         self.paper_ema = None if state["paper_ema"] is None else float(state["paper_ema"])
         self.paper_groups = int(state["paper_groups"])
         self.paper_gain = None if state["paper_gain"] is None else float(state["paper_gain"])
-        if any(
-            not math.isfinite(getattr(self, n))
-            for n in ("signal_ss", "error_ss", "noise_ss", "dof", "noise_dof")
-        ):
-            raise ValueError("fusion state holds non-finite sums")

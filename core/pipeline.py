@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,16 +36,43 @@ from wmrl.core.corrector import Correction, Corrector, CorrectorConfig, Plan
 from wmrl.core.ledger import CostLedger
 from wmrl.core.modes import Mode, check_mode, resolve_corrector
 from wmrl.core.rollouts import Exact, Group
-from wmrl.core.sources import Grade, RewardSource, Role, SourceError, check_pair, check_source, collect_grades
+from wmrl.core.sources import (
+    Grade,
+    RewardSource,
+    Role,
+    SourceError,
+    check_pair,
+    check_source,
+    collect_grades,
+    declared_noise,
+)
 
 __all__ = [
     "CORRECTOR_FILE",
+    "COST_REPORT_KEYS",
     "LEDGER_FILE",
     "RewardPipeline",
     "Scores",
     "StepResult",
 ]
 
+#: The keys of every ``cost_report.json`` (see :meth:`RewardPipeline.cost_report`).
+COST_REPORT_KEYS = frozenset(
+    {
+        "spent",
+        "total",
+        "graded_rollouts",
+        "real_mode_estimate",
+        "note",
+        "mode",
+        "steps",
+        "per_item_s",
+        "accelerators_held",
+        "processes",
+        "device",
+        "details",
+    }
+)
 #: The correction's files inside every checkpoint folder (TRL's, verl's and the loop trainer's).
 CORRECTOR_FILE = "wmrl_corrector.json"
 LEDGER_FILE = "wmrl_ledger.json"
@@ -59,6 +86,7 @@ class Scores:
         wm: ``(n,)`` world-model scores, NaN = unknown or not scored.
         wm_variance: ``(n,)`` per-call noise variance the world model reported (NaN: none).
         real: ``(n,)`` real-execution scores, NaN = unknown or not executed.
+        real_repeat: ``(n,)`` scores of second executions (``Plan.repeat``), NaN where not repeated.
         wm_grades / real_grades: per rollout the source's :class:`~wmrl.core.sources.Grade`
             (``None``: that stream did not grade it); Exact rollouts get a Grade built from them.
         statuses: per anchor rollout its outcome label (``"unknown"`` for a source without one).
@@ -72,15 +100,24 @@ class Scores:
     real_grades: list[Grade | None]
     statuses: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    real_repeat: np.ndarray | None = None
 
     @classmethod
     def empty(cls, n: int) -> Scores:
         nan = np.full(n, np.nan)
-        return cls(nan.copy(), nan.copy(), nan.copy(), [None] * n, [None] * n)
+        return cls(nan.copy(), nan.copy(), nan.copy(), [None] * n, [None] * n, real_repeat=nan.copy())
 
     def columns(self) -> np.ndarray:
-        """``(n, 3)``: world-model score, its variance, real score (what an engine gathers across ranks)."""
-        return np.stack([self.wm, self.wm_variance, self.real], axis=1)
+        """``(n, 4)``: world-model score, its variance, real score, repeated real score (what an engine
+        gathers across ranks)."""
+        return np.stack([self.wm, self.wm_variance, self.real, self.real_repeat], axis=1)
+
+    def take_real(self, other: Scores) -> None:
+        """Adopt ``other``'s real-execution results (an engine that scored the two streams apart)."""
+        self.real, self.real_grades, self.real_repeat = other.real, other.real_grades, other.real_repeat
+        self.statuses = other.statuses
+        for name, value in other.seconds.items():
+            self.seconds[name] = self.seconds.get(name, 0.0) + value
 
     def feedback(self, anchor_rows: Sequence[bool]) -> list[Any]:
         """Per rollout the feedback of the stream that trains it: real for anchor rows, predicted otherwise."""
@@ -144,6 +181,14 @@ class RewardPipeline:
         world_model_in_real: in ``real`` mode, still let the world model grade every rollout (its
             pairs with real execution are recorded: diagnostics of what ``wmrl`` would have seen; the
             update uses real scores only). Off by default: ``real`` never calls the world model.
+        solution_key: ``item -> str | None``, what makes two rollouts "the same solution" (a hash of a
+            program, of an action sequence); the fusion measures from it how far the world model's error
+            on a solution persists, and per-rollout anchors execute each solution once per step.
+
+    The anchor source's declared execution noise (its optional ``noise`` attribute, a
+    :class:`~wmrl.core.sources.NoiseModel`) reaches the corrector; repeated executions
+    (``scheduler.repeat_share``) measure it instead. A repeat calls the anchor source a second time on
+    the same items: a source that caches its results must not (or it reports no noise).
     """
 
     def __init__(
@@ -155,6 +200,7 @@ class RewardPipeline:
         corrector: CorrectorConfig | Corrector | None = None,
         ledger: CostLedger | None = None,
         world_model_in_real: bool = False,
+        solution_key: Callable[[Any], str | None] | None = None,
     ) -> None:
         self.mode = Mode.parse(mode)
         if isinstance(corrector, Corrector):
@@ -168,7 +214,9 @@ class RewardPipeline:
         self._check_sources(world_model, anchor)
         self.world_model = world_model
         self.anchor = anchor if self.mode.executes else None
+        self.anchor_noise = declared_noise(self.anchor) if self.anchor is not None else None
         self.ledger = ledger or CostLedger()
+        self.solution_key = solution_key
 
     def _check_sources(self, world_model: Any, anchor: Any) -> None:
         mode = self.mode.value
@@ -197,14 +245,24 @@ class RewardPipeline:
         task_keys: Sequence[str] | None = None,
         wm_scores: np.ndarray | None = None,
         in_flight: int = 0,
+        group_size: int | None = None,
+        solution_keys: np.ndarray | None = None,
     ) -> Plan:
-        """Choose this step's anchor groups (see :meth:`Corrector.plan`)."""
-        return self.corrector.plan(group_keys, task_keys, wm_scores, in_flight)
+        """Choose this step's executions (see :meth:`Corrector.plan`)."""
+        return self.corrector.plan(group_keys, task_keys, wm_scores, in_flight, group_size, solution_keys)
 
     @property
     def plans_after_scoring(self) -> bool:
-        """The active scheduler reads world-model scores, so it plans after the world model scored."""
-        return self.corrector.config.scheduler.active_share > 0
+        """The active scheduler and per-rollout anchors read world-model scores, so they plan after the
+        world model scored."""
+        sched = self.corrector.config.scheduler
+        return sched.active_share > 0 or sched.rollout_share > 0
+
+    def keys_of(self, items: Sequence[Any]) -> list[str | None] | None:
+        """The solution key of each item (``None`` without a ``solution_key`` function)."""
+        if self.solution_key is None:
+            return None
+        return [None if isinstance(item, Exact) else self.solution_key(item) for item in items]
 
     # -- score ------------------------------------------------------------------------------------
     def score(
@@ -214,6 +272,7 @@ class RewardPipeline:
         *,
         world_model: bool = True,
         anchor: bool = True,
+        repeat_rows: Sequence[bool] | np.ndarray | None = None,
     ) -> Scores:
         """Grade a flat list of rollouts: the world model every one, real execution the anchor rows.
 
@@ -223,7 +282,8 @@ class RewardPipeline:
 
         Args:
             items: the rollouts; an :class:`~wmrl.core.rollouts.Exact` is never sent to a source.
-            anchor_rows: ``(n,)`` bool, the rollouts of anchor groups (default: none).
+            anchor_rows: ``(n,)`` bool, the rollouts to execute (``Plan.execute``, flat; default: none).
+            repeat_rows: ``(n,)`` bool, executed rollouts to execute a second time (``Plan.repeat``).
         """
         n = len(items)
         rows = np.zeros(n, dtype=bool) if anchor_rows is None else np.asarray(anchor_rows, dtype=bool)
@@ -261,11 +321,22 @@ class RewardPipeline:
                 self.ledger.add(stream, elapsed, items=len(picked))
                 out.seconds[stream] = out.seconds.get(stream, 0.0) + elapsed
 
+        repeats = np.zeros(n, dtype=bool) if repeat_rows is None else np.asarray(repeat_rows, dtype=bool)
+        again_rows = [i for i in real_rows if repeats[i]]
+
+        def execute() -> tuple[list[Grade], list[Grade]]:
+            first = grade(self.anchor, real_rows, "anchor") if real_rows else []
+            # the second execution of the same items, independently: what it differs by is execution noise
+            second = grade(self.anchor, again_rows, "anchor") if again_rows else []
+            return first, second
+
         with ThreadPoolExecutor(max_workers=2) as pool:
             wm_future = pool.submit(grade, self.world_model, wm_rows, "world_model") if wm_rows else None
-            real_future = pool.submit(grade, self.anchor, real_rows, "anchor") if real_rows else None
+            real_future = pool.submit(execute) if real_rows else None
             wm_grades = wm_future.result() if wm_future else []
-            real_grades = real_future.result() if real_future else []
+            real_grades, repeat_grades = real_future.result() if real_future else ([], [])
+        for i, g in zip(again_rows, repeat_grades, strict=True):
+            out.real_repeat[i] = _nan(g.value)
         for i, g in zip(wm_rows, wm_grades, strict=True):
             out.wm[i] = _nan(g.value)
             out.wm_variance[i] = _nan(g.variance) if g.value is not None else np.nan
@@ -284,18 +355,35 @@ class RewardPipeline:
         real: np.ndarray,
         wm_variance: np.ndarray | None = None,
         rollouts: int | None = None,
+        repeats: np.ndarray | None = None,
+        solution_keys: np.ndarray | None = None,
     ) -> Correction:
         """Calibrate, fuse and form advantages on the whole step's ``(n_groups, G)`` scores.
 
-        ``rollouts``: rollouts this process graded (default: every cell of ``wm``), counted for the
-        ledger's real-mode estimate (each rank counts its own; merged ledgers add them up).
+        Args:
+            plan / wm / real / wm_variance: as :meth:`Corrector.correct` takes them.
+            rollouts: rollouts this process graded (default: every cell of ``wm``), counted for the
+                ledger's real-mode estimate (each rank counts its own; merged ledgers add them up).
+            repeats: ``(n_groups, G)`` scores of the second executions (NaN where none).
+            solution_keys: ``(n_groups, G)`` solution keys (``None`` = unknown).
         """
         wm = np.asarray(wm, dtype=np.float64)
         variance = None
         if wm_variance is not None:
             wm_variance = np.asarray(wm_variance, dtype=np.float64)
             variance = wm_variance if (~np.isnan(wm_variance)).any() else None
-        correction = self.corrector.correct(plan, wm, real, variance)
+        if repeats is not None:
+            repeats = np.asarray(repeats, dtype=np.float64)
+            repeats = repeats if (~np.isnan(repeats)).any() else None
+        correction = self.corrector.correct(
+            plan,
+            wm,
+            real,
+            variance,
+            anchor_repeats=repeats,
+            anchor_noise=self.anchor_noise,
+            solution_keys=solution_keys,
+        )
         self.ledger.count_rollouts(wm.size if rollouts is None else rollouts)
         return correction
 
@@ -310,26 +398,40 @@ class RewardPipeline:
         tasks = None if all(g.task is None for g in groups) else [str(g.task) for g in groups]
         width = max(len(g.items) for g in groups)
         items = [item for g in groups for item in g.items]
-        group_of = np.repeat(np.arange(len(groups)), [len(g.items) for g in groups])
-        if self.plans_after_scoring:  # the active scheduler reads the world model's scores first
-            first = self.score(items, anchor=False)
-            plan = self.plan(keys, tasks, self._matrix(groups, first.wm, width), in_flight)
-            second = self.score(items, plan.anchor[group_of], world_model=False)
-            scores = first
-            scores.real, scores.real_grades, scores.statuses = (
-                second.real,
-                second.real_grades,
-                second.statuses,
+        # the cells of the (groups, width) matrices that hold a rollout (shorter groups are padded)
+        cells = np.zeros((len(groups), width), dtype=bool)
+        for i, g in enumerate(groups):
+            cells[i, : len(g.items)] = True
+        flat_keys = self.keys_of(items)
+        solution_keys = None
+        if flat_keys is not None:
+            solution_keys = np.full((len(groups), width), None, dtype=object)
+            solution_keys[cells] = flat_keys
+        if self.plans_after_scoring:  # these plans read the world model's scores first
+            scores = self.score(items, anchor=False)
+            plan = self.plan(
+                keys, tasks, self._matrix(groups, scores.wm, width), in_flight, width, solution_keys
             )
-            scores.seconds.update(second.seconds)
+            scores.take_real(
+                self.score(
+                    items,
+                    plan.execute_mask(width)[cells],
+                    world_model=False,
+                    repeat_rows=plan.repeat_mask(width)[cells],
+                )
+            )
         else:
-            plan = self.plan(keys, tasks, None, in_flight)
-            scores = self.score(items, plan.anchor[group_of])
+            plan = self.plan(keys, tasks, None, in_flight, width, solution_keys)
+            scores = self.score(
+                items, plan.execute_mask(width)[cells], repeat_rows=plan.repeat_mask(width)[cells]
+            )
         correction = self.correct(
             plan,
             self._matrix(groups, scores.wm, width),
             self._matrix(groups, scores.real, width),
             self._matrix(groups, scores.wm_variance, width),
+            repeats=self._matrix(groups, scores.real_repeat, width),
+            solution_keys=solution_keys,
         )
         return StepResult(correction, plan, scores)
 

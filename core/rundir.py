@@ -10,8 +10,9 @@ Every trainer writes the same layout::
     RUN/checkpoints/checkpoint-N/    N = steps completed; each holds the policy, the optimiser,
                                      wmrl_corrector.json and wmrl_ledger.json (written last: a
                                      folder without them is incomplete and never resumed from);
-                                     a stage with no corrector (a supervised warm start) writes
-                                     wmrl_stage.json last instead
+                                     a stage with no corrector (supervised fine-tuning) writes
+                                     wmrl_stage.json last instead (write_stage_marker) and
+                                     names it as its RunDirectory's marker
 
 The rules (:class:`RunDirectory`):
 
@@ -40,6 +41,7 @@ __all__ = [
     "checkpoint_step",
     "latest_checkpoint",
     "list_checkpoints",
+    "read_stage_marker",
     "write_stage_marker",
 ]
 
@@ -48,7 +50,6 @@ CHECKPOINTS = "checkpoints"
 #: The completion marker of a checkpoint written by a stage that has no corrector (a supervised
 #: warm start): written last, like ``wmrl_corrector.json`` in an RL checkpoint.
 STAGE_FILE = "wmrl_stage.json"
-_MARKERS = (CORRECTOR_FILE, STAGE_FILE)
 _NAME = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -60,23 +61,11 @@ def checkpoint_step(folder: str | Path) -> int:
     return int(match.group(1))
 
 
-def _complete(folder: Path) -> bool:
-    return any((folder / marker).is_file() for marker in _MARKERS)
-
-
-def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Complete checkpoints of a run (they hold the correction's state, or a stage's marker), oldest first."""
-    root = Path(run_dir) / CHECKPOINTS
-    if not root.is_dir():
-        return []
-    found = [p for p in root.iterdir() if _NAME.match(p.name) and _complete(p)]
-    return sorted(found, key=checkpoint_step)
-
-
 def write_stage_marker(folder: str | Path, **info: object) -> Path:
     """Mark ``folder`` as a complete checkpoint of a stage without a corrector (call it last).
 
-    ``info`` (JSON-serialisable: the stage's name, the step) is stored in the marker.
+    ``info`` (JSON-serialisable: the stage's name, the step, what the stage needs to resume) is
+    stored in the marker; :func:`read_stage_marker` reads it back.
     """
     import json
 
@@ -87,8 +76,29 @@ def write_stage_marker(folder: str | Path, **info: object) -> Path:
     return path
 
 
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    found = list_checkpoints(run_dir)
+def read_stage_marker(folder: str | Path) -> dict:
+    """What :func:`write_stage_marker` stored in ``folder``."""
+    import json
+
+    return json.loads((Path(folder) / STAGE_FILE).read_text())
+
+
+def list_checkpoints(run_dir: str | Path, marker: str = CORRECTOR_FILE) -> list[Path]:
+    """Complete checkpoints of a run, oldest first.
+
+    A checkpoint is complete when it holds ``marker``, the file its trainer writes last: the
+    correction's state for every RL trainer; a stage without a correction (supervised fine-tuning)
+    writes :data:`STAGE_FILE` with :func:`write_stage_marker` and passes ``marker=STAGE_FILE``.
+    """
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if _NAME.match(p.name) and (p / marker).is_file()]
+    return sorted(found, key=checkpoint_step)
+
+
+def latest_checkpoint(run_dir: str | Path, marker: str = CORRECTOR_FILE) -> Path | None:
+    found = list_checkpoints(run_dir, marker)
     return found[-1] if found else None
 
 
@@ -105,6 +115,8 @@ class RunDirectory:
         resume: continue the run in ``path``.
         resume_from: continue from this checkpoint folder (implies ``resume``).
         command: the command line that resumes, for messages (``wmrl train autoresearch``).
+        marker: the file that makes a checkpoint folder complete (see :func:`list_checkpoints`):
+            :data:`STAGE_FILE` for a stage without a corrector.
 
     Attributes (after construction):
         checkpoint: the checkpoint to continue from (``None``: start at step 0).
@@ -116,6 +128,7 @@ class RunDirectory:
     resume: bool = False
     resume_from: Path | None = None
     command: str = "wmrl train"
+    marker: str = CORRECTOR_FILE
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)
@@ -124,24 +137,23 @@ class RunDirectory:
         self.checkpoint: Path | None = None
         if self.path.exists() and not self.path.is_dir():
             raise RunDirError(f"--out {self.path} is a file, not a run directory")
-        holds_run = (self.path / "metrics.jsonl").exists() or bool(list_checkpoints(self.path))
+        holds_run = (self.path / "metrics.jsonl").exists() or bool(list_checkpoints(self.path, self.marker))
         if self.resume_from is not None:
             self.resume = True
             folder = Path(self.resume_from)
-            if not _complete(folder):
+            if not (folder / self.marker).is_file():
                 raise RunDirError(
-                    f"--resume-from {folder} is not a complete WMRL checkpoint (it has no {CORRECTOR_FILE} "
-                    f"or {STAGE_FILE})"
+                    f"--resume-from {folder} is not a complete WMRL checkpoint (it has no {self.marker})"
                 )
             self.checkpoint = folder
         elif self.resume:
-            self.checkpoint = latest_checkpoint(self.path)
+            self.checkpoint = latest_checkpoint(self.path, self.marker)
             if self.checkpoint is None:
                 self.restarted = holds_run
         elif holds_run:
             hint = (
                 "continue it with --resume"
-                if list_checkpoints(self.path)
+                if list_checkpoints(self.path, self.marker)
                 else "it never wrote a checkpoint: restart it with --resume"
             )
             raise RunDirError(f"{self.path} already holds a run; {hint}, or choose another --out")
@@ -164,7 +176,7 @@ class RunDirectory:
 
         Returns whether it was removed.
         """
-        if self.created and self.path.is_dir() and not list_checkpoints(self.path):
+        if self.created and self.path.is_dir() and not list_checkpoints(self.path, self.marker):
             shutil.rmtree(self.path, ignore_errors=True)
             return True
         return False

@@ -17,6 +17,16 @@ Per step, with ``n`` groups and target fraction ``f``:
    scores sit where the calibration is least certain), the rest *stratified* by task (the task
    whose anchors lag its share of groups most goes first) or uniformly at random, ties broken by a
    per-(seed, step, key) hash.
+
+Two optional ways to spend executions below the group level, both outcome-blind:
+
+* *per-rollout anchors* (``rollout_share``): that share of the budget beyond the floor is spent on
+  single rollouts instead of whole groups, at the same number of executions: each chosen group's
+  top-scored rollout (the one the world model pushes the policy toward hardest), then the
+  second-ranked, and so on (:meth:`AnchorScheduler.select_rollouts`). Selection reads only
+  world-model scores, so the calibration's ``E[r | x]`` stays unbiased;
+* *repeats* (``repeat_share``): that share of the executed rollouts is executed a second time, so
+  the execution noise can be measured (:meth:`AnchorScheduler.select_repeats`).
 """
 
 from __future__ import annotations
@@ -78,6 +88,10 @@ class SchedulerConfig:
         stratify: choose anchors so that every task's share of anchors tracks its share of groups.
         active_share: share of each step's anchors chosen actively (0 = none, 1 = all), preferring
             groups whose world-model scores fall where the calibration is least certain.
+        rollout_share: share of the execution budget beyond ``floor`` spent on single rollouts
+            (each chosen group's top-scored one) instead of whole groups (0 = whole groups only).
+        repeat_share: share of executed rollouts executed a second time to measure execution
+            noise (0 = off). Repeats cost executions on top of the budget.
     """
 
     fraction: float = 0.1
@@ -85,6 +99,8 @@ class SchedulerConfig:
     max_concurrent: int | None = None
     stratify: bool = True
     active_share: float = 0.0
+    rollout_share: float = 0.0
+    repeat_share: float = 0.0
 
     def __post_init__(self) -> None:
         require(
@@ -100,10 +116,12 @@ class SchedulerConfig:
             or (isinstance(self.max_concurrent, int) and self.max_concurrent >= 1),
             f"scheduler.max_concurrent must be None or an integer >= 1; got {self.max_concurrent}",
         )
-        require(
-            0.0 <= self.active_share <= 1.0,
-            f"scheduler.active_share must be in [0, 1]; got {self.active_share}",
-        )
+        for name in ("active_share", "rollout_share", "repeat_share"):
+            value = getattr(self, name)
+            require(
+                isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0,
+                f"scheduler.{name} must be in [0, 1]; got {value!r}",
+            )
 
 
 class AnchorScheduler:
@@ -134,6 +152,20 @@ class AnchorScheduler:
             k = max(min(k, room), min(self.config.floor, n_groups))
         return k
 
+    def split(self, step: int, k: int, n_groups: int) -> int:
+        """Whole anchor groups out of a budget of ``k`` group-equivalents (the rest goes to single rollouts).
+
+        ``(1 - rollout_share)·k`` rounded with a hashed coin, never below the floor, never above ``k``.
+        """
+        share = self.config.rollout_share
+        if share <= 0 or k == 0:
+            return k
+        quota = (1.0 - share) * k
+        whole = math.floor(quota)
+        if stable_uniform(self.seed, step, "__split__") < quota - whole:
+            whole += 1
+        return int(min(max(whole, min(self.config.floor, n_groups)), k))
+
     def select(
         self,
         step: int,
@@ -142,6 +174,7 @@ class AnchorScheduler:
         uncertainty: Sequence[float] | np.ndarray | None = None,
         in_flight: int = 0,
         fraction: float | None = None,
+        count: int | None = None,
     ) -> np.ndarray:
         """Boolean mask of shape ``(n_groups,)``: True for the groups graded by real execution.
 
@@ -153,6 +186,8 @@ class AnchorScheduler:
                 by the active share; required when ``active_share > 0``.
             in_flight: anchor groups still executing from earlier steps (for the cap).
             fraction: overrides the configured fraction (the adaptive budget uses this).
+            count: the number of groups to choose, when the caller has already split the budget
+                (:meth:`split`); default :meth:`count`.
 
         Selection does not change the scheduler's counters; :meth:`commit` does.
         """
@@ -163,7 +198,7 @@ class AnchorScheduler:
         tasks = [""] * n if task_keys is None else [str(t) for t in task_keys]
         if len(tasks) != n:
             raise ValueError(f"got {len(tasks)} task keys for {n} groups: one per group")
-        k = self.count(step, n, in_flight, fraction)
+        k = self.count(step, n, in_flight, fraction) if count is None else int(count)
         mask = np.zeros(n, dtype=bool)
         if k == 0:
             return mask
@@ -207,6 +242,85 @@ class AnchorScheduler:
             task = max((t for t in queues if queues[t]), key=lambda t: (deficit[t], -draws[queues[t][0]]))
             mask[queues[task].pop(0)] = True
             deficit[task] -= 1.0
+        return mask
+
+    def select_rollouts(
+        self,
+        step: int,
+        group_keys: Sequence[str],
+        wm_scores: np.ndarray,
+        anchor: np.ndarray,
+        budget: int,
+        solution_keys: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Single rollouts to execute outside the anchor groups, shape ``(n_groups, G)`` bool.
+
+        Candidates are the rollouts of non-anchor groups with a known world-model score; the
+        ``budget`` highest-priority ones are chosen: first every group's top-scored rollout, then
+        every group's second, and so on; within a rank the group order is the per-(seed, step, key)
+        hash. Ties in score go to the earlier column.
+
+        With ``solution_keys`` (``(n_groups, G)`` object, ``None`` = unknown) a solution is executed
+        once per step: ranks count distinct solutions within a group, and a solution already in an
+        anchor group or already chosen is skipped (its real score serves every rollout of it).
+        """
+        wm = np.asarray(wm_scores, dtype=float)
+        n, width = wm.shape
+        mask = np.zeros((n, width), dtype=bool)
+        if budget <= 0:
+            return mask
+        anchor = np.asarray(anchor, dtype=bool)
+        known = ~np.isnan(wm) & ~anchor[:, None]
+        order = np.argsort(np.where(known, -wm, np.inf), axis=1, kind="stable")
+        rank = np.empty_like(order)
+        np.put_along_axis(rank, order, np.arange(width)[None, :].repeat(n, axis=0), axis=1)
+        draws = stable_uniforms(self.seed, step, [f"{k}\x1frollout" for k in group_keys])
+        if solution_keys is None:
+            rows, cols = np.nonzero(known)
+            chosen = np.lexsort((draws[rows], rank[rows, cols]))[:budget]
+            mask[rows[chosen], cols[chosen]] = True
+            return mask
+        keys = np.asarray(solution_keys, dtype=object)
+        candidates = []  # (distinct rank, draw, row, col, key)
+        for r in range(n):
+            seen: set[str] = set()
+            for c in order[r].tolist():
+                if not known[r, c]:
+                    break
+                key = keys[r, c]
+                if key is not None:
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                candidates.append((len(seen) if key is not None else rank[r, c] + 1, draws[r], r, c, key))
+        covered = {k for k in keys[anchor].reshape(-1).tolist() if k is not None}
+        for _, _, r, c, key in sorted(candidates, key=lambda t: (t[0], t[1])):
+            if budget <= 0:
+                break
+            if key is not None:
+                if key in covered:
+                    continue
+                covered.add(key)
+            mask[r, c] = True
+            budget -= 1
+        return mask
+
+    def select_repeats(self, step: int, group_keys: Sequence[str], execute: np.ndarray) -> np.ndarray:
+        """Executed rollouts to execute a second time, shape ``(n_groups, G)`` bool.
+
+        Each executed rollout is repeated when its per-(seed, step, group key, column) hash falls
+        below ``repeat_share``: exact in expectation, the same on every rank.
+        """
+        execute = np.asarray(execute, dtype=bool)
+        share = self.config.repeat_share
+        if share <= 0 or not execute.any():
+            return np.zeros_like(execute)
+        rows, cols = np.nonzero(execute)
+        draws = stable_uniforms(
+            self.seed, step, [f"{group_keys[r]}\x1frepeat\x1f{c}" for r, c in zip(rows, cols, strict=True)]
+        )
+        mask = np.zeros_like(execute)
+        mask[rows, cols] = draws < share
         return mask
 
     def commit(self, mask: np.ndarray, task_keys: Sequence[str] | None = None) -> None:

@@ -15,19 +15,32 @@ A plain function becomes a source in one line::
 
 A source may optionally implement ``grade(items) -> Sequence[Grade]`` to return, per item, a
 status record and a variance alongside the score; :func:`collect_grades` uses it when present.
+
+An anchor source may also *declare its execution noise* with an optional attribute ``noise``, a
+:class:`NoiseModel`: ``deterministic`` (running the same rollout again gives the same score),
+``bernoulli`` (the score is a 0/1 outcome drawn with an unknown success probability, e.g. an
+episode in a stochastic environment) or ``gaussian`` (the score varies around its expectation with
+a stated variance, e.g. an ML script's metric across seeds). :func:`declared_noise` reads it; the
+corrector receives it as ``correct(..., anchor_noise=...)`` and uses it to keep the anchor's own
+noise from being counted against the world model. A source that declares nothing is *assumed*
+deterministic, and the corrector's metrics say so (``wmrl/exec_noise_route`` = 0).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+import numbers
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import numpy as np
 
 __all__ = [
     "FunctionSource",
     "Grade",
+    "NoiseModel",
     "RewardSource",
     "Role",
     "SourceError",
@@ -35,6 +48,8 @@ __all__ = [
     "check_pair",
     "check_source",
     "collect_grades",
+    "declared_noise",
+    "real_number",
 ]
 
 
@@ -63,6 +78,10 @@ class RewardSource(Protocol):
 
     ``score(items)`` returns a sequence of the same length as ``items``: a finite float per
     graded item, ``None`` per item that could not be graded.
+
+    Optional, not part of the structural check: ``noise`` (a :class:`NoiseModel`), the source's
+    declaration of how its scores vary when the same item is graded again (read by
+    :func:`declared_noise`).
     """
 
     name: str
@@ -89,6 +108,74 @@ class Grade:
     variance: float | None = None
     info: Mapping[str, Any] = field(default_factory=dict)
     feedback: Any = None
+
+
+NoiseKind = Literal["deterministic", "bernoulli", "gaussian"]
+
+
+@dataclass(frozen=True)
+class NoiseModel:
+    """How a source's score varies when the same item is graded again (its *execution noise*).
+
+    Attributes:
+        kind: ``deterministic`` (variance 0), ``bernoulli`` (a 0/1 outcome; the variance of an
+            item's score is ``p(1 - p)`` with ``p`` its unknown success probability) or
+            ``gaussian`` (a constant ``variance``).
+        variance: score units²; required for ``gaussian``, must be unset otherwise.
+    """
+
+    kind: NoiseKind = "deterministic"
+    variance: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("deterministic", "bernoulli", "gaussian"):
+            raise ValueError(f"noise kind must be deterministic, bernoulli or gaussian; got {self.kind!r}")
+        if self.kind == "gaussian":
+            if real_number(self.variance) is None or not self.variance >= 0:
+                raise ValueError(
+                    f"a gaussian noise model needs a finite variance >= 0 (score units²); got {self.variance!r}"
+                )
+        elif self.variance is not None:
+            raise ValueError(f"a {self.kind} noise model takes no variance; got {self.variance!r}")
+
+    @classmethod
+    def deterministic(cls) -> NoiseModel:
+        return cls("deterministic")
+
+    @classmethod
+    def bernoulli(cls) -> NoiseModel:
+        return cls("bernoulli")
+
+    @classmethod
+    def gaussian(cls, variance: float) -> NoiseModel:
+        return cls("gaussian", float(variance))
+
+
+def declared_noise(source: Any) -> NoiseModel | None:
+    """The source's declared execution noise (its ``noise`` attribute), ``None`` when it declares none.
+
+    Raises:
+        SourceError: ``noise`` is set but is not a :class:`NoiseModel`.
+    """
+    noise = getattr(source, "noise", None)
+    if noise is None or isinstance(noise, NoiseModel):
+        return noise
+    name = getattr(source, "name", type(source).__name__)
+    raise SourceError(
+        f"source {name!r} declares noise={noise!r} ({type(noise).__name__}): it must be a NoiseModel "
+        "(NoiseModel.deterministic(), .bernoulli() or .gaussian(variance)) or None"
+    )
+
+
+def real_number(value: Any) -> float | None:
+    """``value`` as a finite-or-not float if it is a real number (not a bool, str or array), else ``None``.
+
+    ``numbers.Real`` covers Python and numpy ints and floats; numpy's ``bool_`` and ``str_`` are not
+    real numbers (``float(np.str_("0.5"))`` would parse text), and neither is a 0-d array.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        return None
+    return float(value)
 
 
 @dataclass
@@ -124,12 +211,12 @@ def as_source(
 def _validate_value(source_name: str, index: int, value: Any) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or (not isinstance(value, (int, float)) and not hasattr(value, "__float__")):
+    number = real_number(value)
+    if number is None:
         raise SourceError(
             f"source {source_name!r} returned {value!r} ({type(value).__name__}) for item {index}: "
-            "scores must be real numbers or None (unknown)"
+            "scores must be real numbers (int or float, not bool, str or an array) or None (unknown)"
         )
-    number = float(value)
     if not math.isfinite(number):
         raise SourceError(
             f"source {source_name!r} returned a non-finite score ({number}) for item {index}: "
@@ -150,8 +237,18 @@ def collect_grades(source: RewardSource, items: Sequence[Any]) -> list[Grade]:
     name = getattr(source, "name", type(source).__name__)
     grader = getattr(source, "grade", None)
     raw: Sequence[Any] = grader(items) if callable(grader) else source.score(items)
-    if raw is None or isinstance(raw, (str, bytes)) or not hasattr(raw, "__len__"):
-        raise SourceError(f"source {name!r} must return a sequence of scores; got {type(raw).__name__}")
+    if (
+        raw is None
+        or isinstance(raw, (str, bytes, Mapping, Set))
+        or not hasattr(raw, "__len__")
+        or not hasattr(raw, "__getitem__")
+        or getattr(raw, "ndim", 1) != 1
+    ):
+        # A dict or a set has a length but no order: iterating it would score its keys.
+        raise SourceError(
+            f"source {name!r} must return an ordered sequence (list, tuple, 1-D array) of scores, one per "
+            f"item; got {type(raw).__name__}"
+        )
     if len(raw) != len(items):
         raise SourceError(
             f"source {name!r} returned {len(raw)} scores for {len(items)} items: one score (or None) per item"
@@ -161,10 +258,14 @@ def collect_grades(source: RewardSource, items: Sequence[Any]) -> list[Grade]:
         if isinstance(entry, Grade):
             value = _validate_value(name, i, entry.value)
             variance = entry.variance
-            if variance is not None and (not math.isfinite(variance) or variance < 0):
-                raise SourceError(
-                    f"source {name!r} gave item {i} a variance of {variance}: it must be finite and >= 0"
-                )
+            if variance is not None:
+                number = real_number(variance)
+                if number is None or not math.isfinite(number) or number < 0:
+                    raise SourceError(
+                        f"source {name!r} gave item {i} a variance of {variance!r}: it must be a finite "
+                        "real number >= 0 (score units²) or None"
+                    )
+                variance = number
             grades.append(Grade(value, entry.status, variance, entry.info, entry.feedback))
         else:
             grades.append(Grade(_validate_value(name, i, entry)))

@@ -1,7 +1,9 @@
 """Subcommands of the ``wmrl`` command contributed by ``wmrl.embodied``.
 
 * ``wmrl train embodied [--smoke]``: GRPO/PPO for a VLA on LIBERO (the flags every domain shares).
+* ``wmrl train embodied-sft``: behaviour cloning on demonstrations, the stage RL starts from.
 * ``wmrl eval embodied`` (also ``wmrl eval libero``): LIBERO success, Best@k / All@k, videos.
+* ``wmrl serve robometer``: Robometer's HTTP server on a local checkpoint (health endpoint, batching).
 
 ``register`` must import only the standard library and ``wmrl.core``; heavy imports go inside handlers.
 """
@@ -26,9 +28,14 @@ _EVAL_SHORTHANDS = {
     "--max-steps": ("max_steps", "policy steps per episode (default: the suite's, 520 for libero_10)"),
     "--settle-steps": ("settle_steps", "no-op steps after placing the initial state"),
     "--seed": ("seed", "base seed of every episode seed"),
+    "--seeds": ("seeds", "several base seeds, e.g. 0,1,2: mean and 95%% interval across seeds"),
+    "--temperature": ("temperature", "policy sampling temperature (default 0 = greedy, as upstream)"),
     "--cameras": ("cameras", "comma-separated cameras, or 'none'"),
-    "--image-size": ("image_size", "square image side in pixels"),
-    "--orientation": ("orientation", "upright | rotate180 | raw"),
+    "--image-size": (
+        "image_size",
+        "square render side in pixels (default: the policy's checkpoint, else 256)",
+    ),
+    "--orientation": ("orientation", "upright | rotate180 | raw (default: the policy's checkpoint)"),
     "--soft-reset": ("hard_reset", "reuse the MuJoCo model between episodes (faster)", False),
 }
 
@@ -44,6 +51,26 @@ def register(root) -> None:
         default_out="runs/train_embodied/{mode}-{time}",
         preset_flags={"--smoke": ("smoke", "the CPU smoke preset (same as --config smoke)")},
     )
+    root.train(
+        "embodied-sft",
+        "behaviour cloning of a VLA on LIBERO demonstrations (HDF5 or LeRobot, replayed in the simulator): "
+        "the checkpoint RL (policy.source) and wmrl eval embodied (--policy) start from",
+        config="wmrl.embodied.training.sft_config:EmbodiedSFTConfig",
+        run="wmrl.embodied.training.sft:run_sft_from_cli",
+        presets="wmrl.embodied.training.sft_config:PRESETS",
+        default_out="runs/train_embodied_sft/{time}",
+        preset_flags={"--smoke": ("smoke", "the CPU smoke preset (same as --config smoke)")},
+        stage=True,  # supervised: checkpoints complete with wmrl_stage.json, not a correction's state
+    )
+    root.group("serve", "serve a model over HTTP (a world model that trainers on other machines call)")
+    serve = root.subcommand(
+        "serve",
+        "robometer",
+        "serve a local Robometer checkpoint over Robometer's HTTP contract (POST /evaluate_batch_npy, "
+        "GET /health), batching the trajectories of each request",
+        _serve_robometer,
+    )
+    add_server_arguments(serve)
     root.evaluate(
         "embodied",
         "evaluate a VLA policy on LIBERO: success per task over initial states, Best@k/All@k, in-domain vs held-out",
@@ -55,6 +82,34 @@ def register(root) -> None:
     )
 
 
+def add_server_arguments(parser: Any) -> None:
+    """The options of ``wmrl serve robometer`` (and ``python -m wmrl.embodied.worldmodel.http_server``)."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", help="local Robometer checkpoint folder")
+    source.add_argument("--tiny", action="store_true", help="serve the random tiny model (smoke tests)")
+    parser.add_argument(
+        "--tokenizer", help="local Qwen3-VL tokenizer folder (default: the checkpoint folder)"
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8001)
+    parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
+    parser.add_argument(
+        "--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+        help="auto: bfloat16 on CUDA, float32 on a CPU",
+    )  # fmt: skip
+    parser.add_argument("--batch-size", type=int, default=4, help="trajectories per forward pass")
+
+
+def _serve_robometer(args) -> int:
+    from wmrl.embodied.worldmodel.http_server import serve
+
+    try:
+        return serve(args)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"wmrl serve robometer: error: {err}", file=__import__("sys").stderr)
+        return 2
+
+
 def run_eval(config, out: Path, *, resume: bool, progress: bool) -> tuple[dict[str, Any], list[str]]:
     """``wmrl eval embodied``: evaluate into ``out`` (``eval_info.json``, ``videos/``)."""
     import dataclasses
@@ -63,11 +118,9 @@ def run_eval(config, out: Path, *, resume: bool, progress: bool) -> tuple[dict[s
     from wmrl.embodied.env.libero_setup import LiberoUnavailableError
     from wmrl.embodied.eval.libero_eval import format_summary, run_libero_eval
 
-    if resume:
-        raise UserError("wmrl eval embodied cannot continue an interrupted evaluation yet; run it again")
     config = dataclasses.replace(config, out_dir=str(out))
     try:
-        report = run_libero_eval(config, progress=progress)
+        report = run_libero_eval(config, progress=progress, resume=resume)
     except (ValueError, LiberoUnavailableError) as err:
         raise UserError(str(err)) from None
     return report, [format_summary(report), f"report: {out}/eval_info.json"]

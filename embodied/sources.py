@@ -32,7 +32,7 @@ import numpy as np
 
 from wmrl.core.config import require
 from wmrl.core.rollouts import RolloutNeeds
-from wmrl.core.sources import Grade, Role
+from wmrl.core.sources import Grade, NoiseModel, Role
 from wmrl.embodied.worldmodel.backend import FramePredictions, RobometerBackend
 from wmrl.embodied.worldmodel.frames import subsample_frames
 from wmrl.embodied.worldmodel.scoring import SCORE_MODES, ScoreConfig, ScoreError, ScoreMode, episode_score
@@ -61,6 +61,8 @@ class SparseSuccessSource:
 
     name: str = "libero_success"
     role: Role = Role.ANCHOR
+    #: grading a finished episode again reads the same flag: the randomness is in the rollout, not here
+    noise: NoiseModel = field(default_factory=NoiseModel.deterministic)
 
     def grade(self, items: Sequence[Any]) -> list[Grade]:
         grades = []

@@ -14,6 +14,7 @@ import importlib.util
 import os
 import shutil
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MUJOCO_GL", "osmesa")
 os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+# Ray 2.60 turns token authentication on by default; the clusters tests start have no token.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
 def _unused_local_port() -> int:
@@ -38,6 +42,30 @@ def _unused_local_port() -> int:
 def unused_port():
     """Call it for a local TCP port nobody listens on: for a server to start, or an unreachable address."""
     return _unused_local_port
+
+
+@pytest.fixture
+def tiny_autoresearch(tmp_path):
+    """``key=value`` overrides for a seconds-long ``wmrl train autoresearch`` run: the tiny random model
+    (saved to ``tmp_path``), two toy tasks, groups of 2, 12-token completions."""
+    import json
+
+    from wmrl.autoresearch.llm.tiny import save_tiny_model
+    from wmrl.autoresearch.tasks.toy import make_toy_task
+
+    model = save_tiny_model(tmp_path / "tiny")
+    make_toy_task(tmp_path, "toy-regression")
+    make_toy_task(tmp_path, "toy-binary", kind="binary")
+    ids = json.dumps([str(tmp_path / "toy-regression"), str(tmp_path / "toy-binary")])
+    return [
+        f"model.path={model}",
+        f"tasks.ids={ids}",
+        # the tiny tokenizer spends ~3x SmolLM2's tokens on the same text
+        "tasks.overview_tokens=1500",
+        "world_model.overview_tokens=1500",
+        "group_size=2",
+        "grpo.max_completion_tokens=12",
+    ]
 
 
 def _has_modules(*names: str) -> bool:
@@ -78,6 +106,14 @@ def _cuda() -> bool:
         return False
 
 
+#: The second environment in which verl runs (verl needs numpy>=2; the embodied stack numpy<2).
+VERL_PYTHON = Path(__file__).resolve().parents[1] / ".venv-verl" / "bin" / "python"
+
+# tests/verl_env/ imports verl: it is collected only inside the verl environment (run there by
+# tests/core/test_verl_engine.py), never by the main suite, where verl is not installed.
+collect_ignore_glob = [] if importlib.util.find_spec("verl") is not None else ["verl_env/*"]
+
+
 # marker -> (probe, reason shown when skipped)
 OPTIONAL = {
     "trl": (
@@ -100,10 +136,41 @@ OPTIONAL = {
     ),
     "docker": (_docker_answers, "no Docker engine answers here"),
     "gpu": (_cuda, "no CUDA device"),
+    "verl": (VERL_PYTHON.exists, "the verl environment .venv-verl is not built (bash .ci/setup)"),
 }
 
 
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A real Ray cluster of several raylets on this machine, and this process connected as its driver.
+
+    Head (no CPUs: no work lands there) + two worker nodes with one ``sandbox`` slot each + one node
+    declaring two GPUs (Ray assigns GPU ids and sets ``CUDA_VISIBLE_DEVICES`` whether or not the
+    devices exist). Tests may add nodes (``ray_cluster.add_node``) and kill them; every node is
+    stopped by the session id of the process the cluster started, never with ``ray stop``.
+    """
+    import ray
+
+    from wmrl.core.engines.ray import LocalCluster
+
+    cluster = LocalCluster(head_cpus=0, memory_mb=1024, object_store_mb=80)
+    try:
+        cluster.add_node(cpus=1, resources={"sandbox": 1})
+        cluster.add_node(cpus=1, resources={"sandbox": 1})
+        cluster.add_node(cpus=2, gpus=2, resources={"gpu_node": 2})
+        ray.init(address=cluster.address, log_to_driver=False)
+        cluster.wait_for_nodes(4)
+        yield cluster
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        cluster.stop()
+
+
 def pytest_collection_modifyitems(config, items):
+    # WMRL_REQUIRE="bwrap,docker": CI installs these; there a missing one fails the run instead of
+    # skipping its tests quietly.
+    required = {m.strip() for m in os.environ.get("WMRL_REQUIRE", "").split(",") if m.strip()}
     cache: dict[str, bool] = {}
     for item in items:
         for name, (probe, reason) in OPTIONAL.items():
@@ -112,4 +179,6 @@ def pytest_collection_modifyitems(config, items):
             if name not in cache:
                 cache[name] = bool(probe())
             if not cache[name]:
+                if name in required:
+                    pytest.exit(f"WMRL_REQUIRE names {name!r} but {reason}", returncode=1)
                 item.add_marker(pytest.mark.skip(reason=reason))

@@ -8,6 +8,7 @@ answers file is missing, an unexpected exception) gives status ``harness_error``
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 from wmrl.autoresearch.grading.ladder import RewardLadder
 from wmrl.autoresearch.grading.scoring import SubmissionScore, score_submission
 from wmrl.autoresearch.grading.staging import staged_public_dir
-from wmrl.autoresearch.grading.validation import SubmissionError, read_answers
+from wmrl.autoresearch.grading.validation import SubmissionError, read_answers, submission_byte_limit
 from wmrl.autoresearch.tasks.model import Task
 from wmrl.core.sources import Grade
 
@@ -99,8 +100,15 @@ def check_syntax(code: str) -> str | None:
     return None
 
 
-def _limits(sandbox_module, task: Task):
-    return sandbox_module.Limits(wall_time_s=task.time_limit_s, memory_mb=task.memory_limit_mb)
+def _limits(sandbox_module, task: Task, expected_rows: int):
+    # The sandbox refuses a bigger submission before copying a byte of it: the host never holds
+    # more of one rollout's submission than the grader would read.
+    cap_mb = max(1, math.ceil(submission_byte_limit(task, expected_rows) / 2**20))
+    return sandbox_module.Limits(
+        wall_time_s=task.time_limit_s,
+        memory_mb=task.memory_limit_mb,
+        submission_mb=min(cap_mb, task.memory_limit_mb),
+    )
 
 
 class ExecutionGrader:
@@ -134,6 +142,7 @@ class ExecutionGrader:
         self.time_limit_s = time_limit_s
         self.memory_limit_mb = memory_limit_mb
         self._answers: dict[str, Any] = {}
+        self._sane: dict[str, str | None] = {}
 
     @property
     def sandbox(self):
@@ -164,8 +173,52 @@ class ExecutionGrader:
             **extra,
         )
 
+    def _grader_problem(self, task: Task, answers) -> str | None:
+        """Why grading itself is broken on ``task`` (``None`` when it grades its sample submission).
+
+        Decides who is to blame when grading a submission raises something unexpected: if the
+        task's own sample submission grades, the harness works and the submission broke it.
+        """
+        key = str(task.answers_path)
+        if key not in self._sane:
+            try:
+                score_submission(task.sample_submission_path, task, answers)
+                self._sane[key] = None
+            except SubmissionError:
+                self._sane[key] = None  # a refused sample is still a working grader
+            except Exception as err:
+                self._sane[key] = f"{type(err).__name__}: {err}"
+        return self._sane[key]
+
     def grade(self, task: Task, code: str) -> GradeResult:
-        """Compile, execute and grade ``code`` on ``task``. Never raises for a solution's fault."""
+        """Compile, execute and grade ``code`` on ``task``. Never raises for a solution's fault.
+
+        The sandbox's copy of the submission is deleted when grading ends; through a
+        ``SandboxPool`` with a cache, an invalid submission's bytes are dropped from the cache
+        (its verdict is kept instead).
+        """
+        result = None
+        try:
+            graded, result = self._grade(task, code)
+        finally:
+            path = getattr(result, "submission", None)
+            if isinstance(path, Path):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                with contextlib.suppress(OSError):
+                    path.parent.rmdir()
+        if (
+            result is not None
+            and graded.status == "invalid_submission"
+            and not getattr(result, "submission_verdict", None)
+        ):
+            reject = getattr(self.sandbox, "reject_submission", None)
+            if callable(reject):
+                with contextlib.suppress(Exception):
+                    reject(result, graded.submission_error or "invalid", graded.reason or "")
+        return graded
+
+    def _grade(self, task: Task, code: str) -> tuple[GradeResult, Any]:
         task = self._task_limits(task)
         base = {
             "task_id": task.id,
@@ -176,19 +229,19 @@ class ExecutionGrader:
         if problem is not None:
             return GradeResult(
                 status="syntax_error", reward=self.ladder.reward("syntax_error"), reason=problem, **base
-            )
+            ), None
         try:
             answers = self._answers_for(task)
         except (OSError, ValueError) as err:
-            return self._harness_error(task, f"cannot read the task's answers: {err}")
+            return self._harness_error(task, f"cannot read the task's answers: {err}"), None
         try:
             import wmrl.autoresearch.sandbox as sandbox_module
 
             data_dir = staged_public_dir(task.id, task.public_dir)
             extra = {"task_id": task.id} if _takes_task_id(self.sandbox) else {}
-            result = self.sandbox.run(code, data_dir, _limits(sandbox_module, task), **extra)
+            result = self.sandbox.run(code, data_dir, _limits(sandbox_module, task, len(answers)), **extra)
         except Exception as err:  # the harness failed, not the solution: unknown, never 0
-            return self._harness_error(task, f"sandbox failed: {type(err).__name__}: {err}")
+            return self._harness_error(task, f"sandbox failed: {type(err).__name__}: {err}"), None
         run = {
             "exit_code": getattr(result, "exit_code", None),
             "resources": _resources(getattr(result, "resources", None)),
@@ -201,6 +254,10 @@ class ExecutionGrader:
             "stderr_tail": (getattr(result, "stderr_tail", "") or "")[-_TAIL:],
             "cached": bool(getattr(result, "cached", False)),
         }
+        return self._judge(task, result, answers, base, run), result
+
+    def _judge(self, task: Task, result, answers, base: dict, run: dict) -> GradeResult:
+        """The grade of a finished execution (status, then the submission)."""
         status = getattr(result, "status", None)
         reason = getattr(result, "reason", None)
         if status == "harness_error":
@@ -228,10 +285,21 @@ class ExecutionGrader:
                 **base,
                 **run,
             )
+        verdict = getattr(result, "submission_verdict", None)
+        if verdict:
+            # A cache hit for a submission graded invalid before: its bytes were not kept.
+            return GradeResult(
+                status="invalid_submission",
+                reward=self.ladder.reward("invalid_submission"),
+                reason=verdict.get("reason"),
+                submission_error=verdict.get("code"),
+                **base,
+                **run,
+            )
         submission = getattr(result, "submission", None)
         refused = getattr(result, "submission_error", None)
         if submission is None and refused:
-            # A file existed but the sandbox would not copy it out (a symlink, over the size limit...).
+            # A file existed but the sandbox would not copy it out (a symlink, sparse, too big...).
             return GradeResult(
                 status="invalid_submission",
                 reward=self.ladder.reward("invalid_submission"),
@@ -252,11 +320,23 @@ class ExecutionGrader:
                 **base,
                 **run,
             )
-        except Exception as err:  # a broken task or grader bug is ours, not the solution's
+        except Exception as err:
+            broken = self._grader_problem(task, answers)
+            if broken is None:
+                # The grader grades this task's sample submission, so this submission broke it:
+                # its fault, never "unknown" (which would mask it out of training).
+                return GradeResult(
+                    status="invalid_submission",
+                    reward=self.ladder.reward("invalid_submission"),
+                    reason=f"the submission could not be graded: {type(err).__name__}: {err}",
+                    submission_error="ungradable",
+                    **base,
+                    **run,
+                )
             return GradeResult(
                 status="harness_error",
                 reward=None,
-                reason=f"grading failed: {type(err).__name__}: {err}",
+                reason=f"grading failed: {type(err).__name__}: {err} (the sample submission fails too: {broken})",
                 **base,
                 **run,
             )

@@ -11,6 +11,19 @@ are names, not numbers. Target values are converted according to the metric's pr
 
 A Kaggle-style answers file may carry a ``Usage`` column (``Public``/``Private``) that assigns each
 test row to the public or the private leaderboard; it is returned as ``usage``.
+
+**Memory bound.** A submission is untrusted input of any size, so it is checked before it is
+parsed and parsed in one streaming pass (the standard library's ``csv`` reader, one row at a
+time), never loaded whole:
+
+1. its size against :func:`submission_byte_limit` (1 MiB + 1 KiB per expected cell, at most
+   :data:`MAX_SUBMISSION_BYTES`) and for holes (a sparse file), from ``stat`` alone;
+2. while reading, at most ``2 n + 1`` data rows are kept (``n`` = the answers' rows): a longer
+   file is refused as ``wrong_row_count`` as soon as row ``2 n + 2`` is seen, unread beyond it.
+
+So the grader holds at most the kept rows (``(2 n + 1) x columns`` short strings, each at most
+``csv.field_size_limit()`` characters) plus the answers -- bounded by the task, never by the
+submission. ``benchmarks/grader_memory.py`` measures it.
 """
 
 from __future__ import annotations
@@ -25,16 +38,22 @@ from wmrl.autoresearch.grading.metrics import Metric, get_metric
 from wmrl.autoresearch.tasks.model import Task
 
 __all__ = [
+    "BYTES_PER_CELL",
     "MAX_SUBMISSION_BYTES",
     "USAGE_COLUMN",
     "AlignedSubmission",
     "SubmissionError",
     "read_answers",
+    "submission_byte_limit",
     "validate_submission",
 ]
 
-#: A submission larger than this is refused unread (a solution printing gigabytes of CSV).
+#: A submission larger than this is refused unread, whatever the task.
 MAX_SUBMISSION_BYTES = 512 * 1024 * 1024
+#: Per expected cell (row x required column), the room a submission gets: generous for any
+#: number or label (a float's repr is at most 24 characters), far below what a flood needs.
+BYTES_PER_CELL = 1024
+_HEADER_ALLOWANCE = 1024 * 1024
 #: Kaggle's column marking each answer row as ``Public`` or ``Private``.
 USAGE_COLUMN = "Usage"
 _SHOWN = 3  # how many offending ids / values a message quotes
@@ -79,15 +98,60 @@ def _read_csv(path: Path, what: str):
         raise SubmissionError("unreadable", f"the {what} file is not a readable CSV: {first}") from None
 
 
-def _raw_header(path: Path) -> list[str] | None:
-    """The first CSV line's fields as written (None when it cannot be decoded)."""
-    import csv
+def submission_byte_limit(task: Task, expected_rows: int) -> int:
+    """The largest submission file (bytes) graded for ``task`` with ``expected_rows`` test rows."""
+    cells = max(1, expected_rows) * (len(task.id_columns) + len(task.target_columns))
+    return min(MAX_SUBMISSION_BYTES, _HEADER_ALLOWANCE + cells * BYTES_PER_CELL)
 
+
+def _sparse(path: Path, size: int) -> bool:
+    """Whether the file has a hole (``SEEK_HOLE`` finds one before its end)."""
     try:
-        with open(path, newline="", encoding="utf-8-sig") as fh:
-            return next(csv.reader(fh), None)
-    except (UnicodeDecodeError, csv.Error):
-        return None
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        return os.lseek(fd, 0, os.SEEK_HOLE) < size
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _stream_rows(path: Path, max_rows: int) -> tuple[list[str] | None, list[list[str]], bool]:
+    """``(header, data rows, more)``: at most ``max_rows`` rows are read; ``more`` says a longer
+    file was cut there. Blank lines are skipped and short rows padded with ``""`` (as pandas does);
+    a row with more fields than the header is unreadable."""
+    import csv
+    import io
+
+    header: list[str] | None = None
+    rows: list[list[str]] = []
+    try:
+        with open(path, "rb") as raw:
+            reader = csv.reader(io.TextIOWrapper(raw, encoding="utf-8-sig", newline=""), strict=True)
+            for row in reader:
+                if not row or (len(row) == 1 and not row[0].strip()):
+                    continue
+                if header is None:
+                    header = row
+                    continue
+                if len(row) > len(header):
+                    raise SubmissionError(
+                        "unreadable",
+                        f"the submission file is not a readable CSV: line {reader.line_num} has "
+                        f"{len(row)} fields, the header {len(header)}",
+                    )
+                if len(rows) >= max_rows:
+                    return header, rows, True
+                rows.append(row + [""] * (len(header) - len(row)))
+    except UnicodeDecodeError:
+        raise SubmissionError(
+            "unreadable", "the submission file is not a readable CSV: not UTF-8 text"
+        ) from None
+    except csv.Error as err:
+        raise SubmissionError("unreadable", f"the submission file is not a readable CSV: {err}") from None
+    return header, rows, False
 
 
 def read_answers(task: Task):
@@ -189,25 +253,28 @@ def validate_submission(path: str | os.PathLike | None, task: Task, answers=None
     if path is None or not Path(path).is_file():
         raise SubmissionError("no_file", "no submission file was written (expected a CSV at SUBMISSION_PATH)")
     path = Path(path)
+    answers = read_answers(task) if answers is None else answers
+    metric = get_metric(task.metric)
     size = path.stat().st_size
-    if size > MAX_SUBMISSION_BYTES:
+    limit = submission_byte_limit(task, len(answers))
+    if size > limit:
         raise SubmissionError(
-            "unreadable", f"the submission is {size} bytes, over the {MAX_SUBMISSION_BYTES}-byte limit"
+            "unreadable",
+            f"the submission is {size} bytes, over the {limit}-byte limit for this task "
+            f"({len(answers)} rows; {BYTES_PER_CELL} bytes per cell)",
         )
     if size == 0:
         raise SubmissionError("empty", "the submission file is empty (no header, no rows)")
-    metric = get_metric(task.metric)
-    answers = read_answers(task) if answers is None else answers
-    header = _raw_header(path)
-    frame = _read_csv(path, "submission")
+    if _sparse(path, size):
+        raise SubmissionError(
+            "unreadable", "the submission is a sparse file (it has holes); write it normally"
+        )
+    header, rows, more = _stream_rows(path, 2 * len(answers) + 1)
+    if header is None:
+        raise SubmissionError("empty", "the submission file is empty (no header, no rows)")
 
     required = [*task.id_columns, *task.target_columns]
-    # pandas renames a repeated column ("y" -> "y.1"); the raw header shows the repetition.
-    columns = (
-        header
-        if header is not None and len(header) == len(frame.columns)
-        else [str(c) for c in frame.columns]
-    )
+    columns = header
     duplicated = sorted({c for c in columns if columns.count(c) > 1})
     missing = [c for c in required if c not in columns]
     extra = [c for c in columns if c not in required]
@@ -227,12 +294,26 @@ def validate_submission(path: str | os.PathLike | None, task: Task, answers=None
             "wrong_columns",
             f"the columns must be exactly {required} (as in the sample submission): " + "; ".join(parts),
         )
-    if len(frame) == 0:
+    if not rows:
         raise SubmissionError(
             "empty", f"the submission has a header but no rows; expected {len(answers)} rows"
         )
+    if more:
+        raise SubmissionError(
+            "wrong_row_count",
+            f"the submission has more than {len(rows)} rows but the test set has {len(answers)} "
+            "(one row per test id); the rest was not read",
+        )
+    position = {c: columns.index(c) for c in required}
+    frame = {c: np.array([r[position[c]] for r in rows], dtype=object) for c in required}
 
-    sub_ids = _row_ids(frame, task.id_columns)
+    if len(task.id_columns) == 1:
+        sub_ids = frame[task.id_columns[0]]
+    else:
+        sub_ids = np.array(
+            ["|".join(parts) for parts in zip(*(frame[c] for c in task.id_columns), strict=True)],
+            dtype=object,
+        )
     ans_ids = _row_ids(answers, task.id_columns)
     seen, dupes = set(), []
     for i in sub_ids:
@@ -269,7 +350,7 @@ def validate_submission(path: str | os.PathLike | None, task: Task, answers=None
     truth_cols, pred_cols = [], []
     for column in task.target_columns:
         truth_cols.append(_convert(answers[column].to_numpy(dtype=object), metric, column, ans_ids, True))
-        pred_cols.append(_convert(frame[column].to_numpy(dtype=object)[take], metric, column, ans_ids, False))
+        pred_cols.append(_convert(frame[column][take], metric, column, ans_ids, False))
     if len(task.target_columns) == 1:
         y_true, y_pred = truth_cols[0], pred_cols[0]
     else:

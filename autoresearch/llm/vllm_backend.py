@@ -7,6 +7,13 @@ sampling_params, use_tqdm=...)``, ``LLM.get_tokenizer()``, ``SamplingParams(n, t
 top_p, max_tokens, seed, logprobs)``, ``RequestOutput.outputs[i].text / .token_ids / .logprobs /
 .finish_reason``). Run it for real on a GPU machine with ``pip install vllm``.
 
+``score_continuations`` (the world model's ``status_probs`` scoring) reads the log-probabilities of
+candidate continuations from vLLM's ``prompt_logprobs``: each candidate is appended to the prompt
+and the candidate tokens' log-probs are summed. What differs from the transformers backend: vLLM
+runs one prefill per candidate (the transformers backend shares one prompt prefill between them),
+and on GPUs its numbers carry its dtype's rounding (bf16), so they agree with the transformers
+path to a tolerance, not bit for bit (``benchmarks/gpu_check.py`` measures the difference).
+
 Prompts are rendered with the model's chat template here and passed as token ids
 (``{"prompt_token_ids": [...]}``), so vLLM adds no second BOS token; each request gets the same
 ``seed``, which vLLM applies per request, so a prompt's samples do not depend on its batch.
@@ -83,6 +90,42 @@ class VLLMBackend(BackendBase):
             prefix or ""
         )
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def score_continuations(
+        self,
+        conversation: Conversation,
+        assistant_prefix: str,
+        candidates: Sequence[str | Sequence[str]],
+    ):
+        """Log-probability of each candidate right after ``assistant_prefix`` (the transformers
+        backend's contract: natural log, temperature 1, a list candidate tokenised piece by piece).
+
+        Returns:
+            numpy array ``(len(candidates),)``.
+        """
+        import numpy as np
+
+        pieces = [[c] if isinstance(c, str) else list(c) for c in candidates]
+        if not pieces or any(not p or not all(isinstance(x, str) and x for x in p) for p in pieces):
+            raise ValueError("candidates must be a non-empty list of non-empty strings (or lists of them)")
+        messages = validate_conversations([conversation])[0]
+        prompt = self._prompt_ids(messages, assistant_prefix)
+        cand_ids = [
+            [t for x in p for t in self.tokenizer(x, add_special_tokens=False)["input_ids"]] for p in pieces
+        ]
+        requests = [{"prompt_token_ids": prompt + ids} for ids in cand_ids]
+        # one generated token (vLLM needs >= 1); prompt_logprobs=0: the prompt tokens' own log-probs
+        params = self.sampling_params_cls(n=1, temperature=0.0, max_tokens=1, prompt_logprobs=0)
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        if len(outputs) != len(requests):
+            raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(requests)} candidates")
+        totals = []
+        for ids, out in zip(cand_ids, outputs, strict=True):
+            lps = out.prompt_logprobs
+            if lps is None or len(lps) != len(prompt) + len(ids):
+                raise RuntimeError("vLLM returned no prompt log-probs (is prompt_logprobs supported here?)")
+            totals.append(sum(float(lps[len(prompt) + k][token].logprob) for k, token in enumerate(ids)))
+        return np.asarray(totals, dtype=np.float64)
 
     def complete(
         self,

@@ -10,7 +10,9 @@ Usage::
 
 The solution's contract (every backend): ``DATA_DIR`` is the read-only public data folder,
 ``SUBMISSION_PATH`` the CSV file to write, and the working directory a fresh scratch folder.
-See ``docs/sandbox.md`` for the protections each backend gives.
+Every backend runs solutions as a dedicated unprivileged user, under a seccomp filter, with the
+separate solution environment (:mod:`.solution_env`: no ``wmrl``, no dataset files). See
+``docs/sandbox.md`` for the protections each backend gives.
 """
 
 from .base import CpuAllocator, Sandbox, SandboxError
@@ -22,6 +24,8 @@ from .limits import THREAD_ENV_VARS, Limits
 from .local import NO_ISOLATION_WARNING, SubprocessSandbox
 from .pool import SandboxPool, cache_key, data_fingerprint
 from .result import STATUSES, ExecutionResult, Resources
+from .solution_env import SolutionEnv, SolutionEnvError
+from .users import SandboxUser, UserPool
 
 __all__ = [
     "BACKENDS",
@@ -38,7 +42,11 @@ __all__ = [
     "Sandbox",
     "SandboxError",
     "SandboxPool",
+    "SandboxUser",
+    "SolutionEnv",
+    "SolutionEnvError",
     "SubprocessSandbox",
+    "UserPool",
     "available_libraries",
     "backend_problems",
     "bwrap_problem",

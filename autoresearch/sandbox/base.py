@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import logging
 import os
 import shutil
@@ -30,10 +31,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import launcher as _launcher_module
+from . import procscan
 from .cgroups import CgroupError, CgroupSupport, ExecutionCgroup, detect
 from .limits import Limits
 from .result import ExecutionResult, Resources
+from .seccomp import compile_filter, seccomp_problem
+from .solution_env import SolutionEnv, SolutionEnvError
+from .staging import StagingArea, fingerprint, readable_by_others
 from .supervisor import RawOutcome, SpawnSpec, classify, supervise
+from .users import USERS, SandboxUser, UserPool
 
 __all__ = ["LAUNCHER_PATH", "CpuAllocator", "LocalSandbox", "Sandbox", "SandboxError"]
 
@@ -92,6 +98,13 @@ class Sandbox(ABC):
         output_root: where copies of submissions are kept (``<root>/<execution id>/submission.csv``).
             Default: a private temporary folder removed when the interpreter exits; pass a folder to
             keep them (the caller then owns it).
+        solution_env: the solution environment (a :class:`~.solution_env.SolutionEnv` or its
+            folder; default :func:`~.solution_env.default_path`). Without a valid one every run is
+            a ``harness_error`` saying how to build it: solutions never fall back to the trainer's
+            interpreter (whose packages carry the bundled suite's source datasets).
+        seccomp: run solutions under the seccomp filter of :mod:`.seccomp` (default). ``False``
+            only where libseccomp is missing and that is accepted; ``protections()`` says so.
+        users: where dedicated sandbox users come from (default: the process-wide pool).
     """
 
     name: str = "abstract"
@@ -99,7 +112,14 @@ class Sandbox(ABC):
     #: Why this backend cannot run here (``None`` when it can); every run then is a harness_error.
     problem: str | None = None
 
-    def __init__(self, *, output_root: str | os.PathLike | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        output_root: str | os.PathLike | None = None,
+        solution_env: SolutionEnv | str | os.PathLike | None = None,
+        seccomp: bool = True,
+        users: UserPool | None = None,
+    ) -> None:
         if output_root is None:
             root = Path(tempfile.mkdtemp(prefix="wmrl-sandbox-out-"))
             atexit.register(shutil.rmtree, root, True)
@@ -107,6 +127,26 @@ class Sandbox(ABC):
             root = Path(output_root)
             root.mkdir(parents=True, exist_ok=True)
         self.output_root = root.resolve()
+        if not isinstance(seccomp, bool):
+            raise TypeError(f"seccomp must be True or False; got {seccomp!r}")
+        if users is not None and not isinstance(users, UserPool):
+            raise TypeError(f"users must be a UserPool; got {type(users).__name__}")
+        self.seccomp = seccomp
+        self.users = users if users is not None else USERS
+        self.problem = None
+        self.solution_env: SolutionEnv | None = None
+        try:
+            self.solution_env = (
+                solution_env if isinstance(solution_env, SolutionEnv) else SolutionEnv.find(solution_env)
+            )
+        except SolutionEnvError as exc:
+            self.problem = str(exc)
+        if self.problem is None and seccomp:
+            self.problem = seccomp_problem()
+
+    def seccomp_program(self, *, deny_affinity: bool) -> str | None:
+        """The filter for one execution as hex (for the launcher), or ``None`` when off."""
+        return compile_filter(deny_affinity).hex() if self.seccomp else None
 
     # -- the interface ------------------------------------------------------------------------
     def run(self, code: str, data_dir: str | os.PathLike, limits: Limits | None = None) -> ExecutionResult:
@@ -166,8 +206,10 @@ class LocalSandbox(Sandbox):
             and the polling watchdog only).
     """
 
-    def __init__(self, *, output_root=None, cgroups: bool | str = "auto") -> None:
-        super().__init__(output_root=output_root)
+    def __init__(
+        self, *, output_root=None, cgroups: bool | str = "auto", solution_env=None, seccomp=True, users=None
+    ) -> None:
+        super().__init__(output_root=output_root, solution_env=solution_env, seccomp=seccomp, users=users)
         if cgroups not in ("auto", True, False):
             raise ValueError(f"cgroups must be 'auto', True or False; got {cgroups!r}")
         self._cgroups: CgroupSupport | None = detect() if cgroups in ("auto", True) else None
@@ -176,7 +218,11 @@ class LocalSandbox(Sandbox):
                 "cgroups=True but no writable cgroup hierarchy with memory and pids controllers was found"
             )
         self._scratch_root = Path(tempfile.mkdtemp(prefix=f"wmrl-sandbox-{self.name}-"))
-        atexit.register(shutil.rmtree, self._scratch_root, True)
+        # Searchable, not listable: a sandbox user reaches its own execution's folder by name only.
+        os.chmod(self._scratch_root, 0o711)
+        atexit.register(_remove_tree, self._scratch_root)
+        self._data_copies: StagingArea | None = None
+        self._data_lock = threading.Lock()
 
     @property
     def cgroup_support(self) -> CgroupSupport | None:
@@ -193,51 +239,84 @@ class LocalSandbox(Sandbox):
         cpus: list[int],
         rlimits: dict,
         execution_id: str,
+        user: SandboxUser,
+        seccomp: str | None,
     ) -> SpawnSpec:
-        """The command that runs the launcher for this execution."""
+        """The command that runs the launcher for this execution as ``user``."""
 
     def _pre_warnings(self, limits: Limits) -> list[str]:
         return []
 
+    def data_view(self, data_dir: Path, user: SandboxUser) -> Path:
+        """``data_dir``, or a verified read-only copy when ``user`` could not read it in place."""
+        if not user.dedicated or readable_by_others(data_dir):
+            return data_dir
+        with self._data_lock:
+            if self._data_copies is None:
+                self._data_copies = StagingArea(self._scratch_root / "data")
+        key = hashlib.sha256(str(data_dir).encode()).hexdigest()[:16] + "-" + fingerprint(data_dir)
+        return self._data_copies.stage(key, data_dir)
+
     def _run(self, code: str, data_dir: Path, limits: Limits, execution_id: str) -> ExecutionResult:
         stage = self._scratch_root / execution_id
         stage.mkdir()
+        os.chmod(stage, 0o711)
         warnings = self._pre_warnings(limits)
-        group = None
-        if self._cgroups is not None:
-            try:
-                group = ExecutionCgroup(
-                    self._cgroups, memory_bytes=limits.memory_bytes, max_tasks=limits.max_processes
-                )
-            except CgroupError as exc:
-                warnings.append(
-                    f"no cgroup for this execution ({exc}); memory and task limits fall back to rlimits and a watchdog"
-                )
-        rlimits = {
-            "FSIZE": limits.file_size_bytes,
-            "NOFILE": limits.open_files,
-            "CORE": 0,
-            # Without a cgroup, virtual memory per process is the only hard memory bound we have.
-            "AS": None if group is not None else limits.memory_bytes,
-        }
+        user = self.users.acquire()
         cpus = _CPUS.acquire(limits.effective_cpus(len(_CPUS.cores)))
-        dest = self.output_root / execution_id / SUBMISSION_NAME
+        group = None
         try:
+            if self._cgroups is not None:
+                try:
+                    group = ExecutionCgroup(
+                        self._cgroups,
+                        memory_bytes=limits.memory_bytes,
+                        max_tasks=limits.max_processes,
+                        cpus=cpus,
+                    )
+                except CgroupError as exc:
+                    warnings.append(
+                        f"no cgroup for this execution ({exc}); memory and task limits fall back to rlimits and a watchdog"
+                    )
+            if group is not None and group.cpu_problem:
+                warnings.append(
+                    f"the CPU controllers could not be set ({group.cpu_problem}); CPUs bounded by affinity"
+                )
+            rlimits = {
+                "FSIZE": limits.file_size_bytes,
+                "NOFILE": limits.open_files,
+                "CORE": 0,
+                # Without a cgroup, virtual memory per process is the only hard memory bound we have.
+                "AS": None if group is not None else limits.memory_bytes,
+            }
+            dest = self.output_root / execution_id / SUBMISSION_NAME
             (stage / "solution.py").write_text(code, encoding="utf-8")
+            os.chmod(stage / "solution.py", 0o444)
             spec = self._spawn_spec(
                 stage=stage,
-                data_dir=data_dir,
+                data_dir=self.data_view(data_dir, user),
                 limits=limits,
                 cpus=cpus,
                 rlimits=rlimits,
                 execution_id=execution_id,
+                user=user,
+                # A cpuset bounds the CPUs where there is one; else the pinning does, and the
+                # solution may not undo it.
+                seccomp=self.seccomp_program(deny_affinity=not (group is not None and group.cpuset_applied)),
             )
             outcome = supervise(spec, limits, submission_dest=dest, cgroup=group, watchdog=group is None)
         finally:
             _CPUS.release(cpus)
             if group is not None:
                 group.remove()
-            shutil.rmtree(stage, ignore_errors=True)
+            if user.dedicated:
+                # The uid is this execution's alone: whatever still runs as it is a stray of ours.
+                strays = procscan.find_by_uid(user.uid)
+                if strays:
+                    procscan.kill_pids(strays)
+                    warnings.append(f"killed {len(strays)} stray process(es) of the sandbox user {user.uid}")
+            self.users.release(user)
+            _remove_tree(stage)
         warnings.extend(outcome.warnings)
         return self._result(outcome, limits, dest, warnings)
 
@@ -249,7 +328,7 @@ class LocalSandbox(Sandbox):
         info = outcome.exit_info or {}
         summary = info.get("submission") or {}
         if outcome.submission_over_cap:
-            submission_error = f"the submission is over the {limits.file_size_mb} MiB limit"
+            submission_error = f"the submission is over the {limits.submission_bytes}-byte limit"
         elif summary.get("error"):
             submission_error = summary["error"]
         elif summary.get("present") and dest.exists():
@@ -314,6 +393,25 @@ def measured_resources(outcome: RawOutcome) -> Resources:
         peak_memory_mb=round(peak_mem / 2**20, 2) if peak_mem else None,
         max_tasks=(stats.pids_peak if stats is not None else None) or outcome.watchdog_max_tasks,
     )
+
+
+def chmod_tree(path: Path, mode: int) -> None:
+    """``chmod`` every real folder of ``path`` (never through a symbolic link).
+
+    A solution can leave links in its work dir (``ln -s / x``); ``os.chmod`` follows links, so
+    only the folders ``os.walk`` itself enters (it never follows links) are changed.
+    """
+    for root, _dirs, _files in os.walk(path, followlinks=False):
+        with contextlib.suppress(OSError):
+            if not os.path.islink(root):
+                os.chmod(root, mode)
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove a folder the sandbox made, read-only parts (data copies) included."""
+    if os.geteuid() != 0:  # root needs no write permission to delete
+        chmod_tree(path, 0o700)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def kill_process_group(pgid: int) -> None:

@@ -2,24 +2,29 @@
 
 What the solution sees (inside paths)::
 
-    /usr, /bin, /lib*                 host system, read-only
+    /usr/bin, /usr/lib/<arch>, /usr/lib64, the base interpreter's standard library,
+    /usr/lib/locale, /usr/share/zoneinfo
+                                      host system, read-only (not the rest of /usr); /bin, /lib*
+                                      are the usual symbolic links into them
     /etc                              ld.so cache/config, localtime, alternatives (read-only) and a
                                       synthetic passwd/group/hosts; nothing else of the host's /etc
-    <venv>, <interpreter prefix>      this interpreter and its site-packages, read-only, at their
-                                      host paths (so ``sys.executable`` works unchanged); an
-                                      installed ``wmrl`` package inside them is hidden
+    /opt/solution-env                 the solution environment (its own interpreter and libraries,
+                                      no dataset files), read-only
     /sandbox/data                     the public data folder, read-only (DATA_DIR)
-    /sandbox/code                     the solution and the launcher, read-only
+    /sandbox/code                     the solution and the launcher, read-only (copied in)
     /sandbox/work                     empty tmpfs of ``disk_mb`` (cwd, HOME; SUBMISSION_PATH is here)
-    /tmp                              empty private tmpfs of ``disk_mb`` (TMPDIR)
-    /proc, /dev                       a fresh procfs of the new PID namespace; a minimal /dev
+    /tmp, /dev/shm                    empty private tmpfs of ``disk_mb`` each (TMPDIR)
+    /proc, /dev                       a fresh procfs of the new PID namespace (``/proc/sys``
+                                      read-only); a minimal, sealed /dev
 
-Nothing else of the host exists inside: no home directories, no task folders, no answers.
-Namespaces: user (the sandbox user, uid 1000 inside; no capabilities; no further user
-namespaces), mount, PID (the launcher's parent is PID 1; when bubblewrap dies, the kernel kills
-every process in the namespace, including ones that ``setsid``/double-forked away), network (only
-a private loopback: the host's ``127.0.0.1`` services are unreachable), IPC, UTS.
-``--die-with-parent`` ties the sandbox to the supervising Python process.
+Nothing else of the host exists inside: no home directories, no task folders, no answers, not
+the trainer's interpreter. bubblewrap itself runs as a dedicated unprivileged host user
+(``setpriv`` drops root before it starts, see :mod:`.users`), so the sandbox user (uid 1000
+inside) is that user outside, never root. Namespaces: user (no capabilities; no further user
+namespaces), mount, PID (the launcher is PID 1; when it dies, the kernel kills every process in
+the namespace, including ones that ``setsid``/double-forked away), network (only a private
+loopback: the host's ``127.0.0.1`` services are unreachable), IPC, UTS. ``--die-with-parent``
+ties the sandbox to the supervising Python process.
 """
 
 from __future__ import annotations
@@ -32,14 +37,16 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 
 from .base import LAUNCHER_PATH, SUBMISSION_NAME, LocalSandbox, kill_process_group
-from .environment import interpreter_roots, sandbox_env
+from .environment import sandbox_env, system_paths
 from .limits import Limits
+from .solution_env import INSIDE_PATH
+from .staging import readable_by_others
 from .supervisor import SpawnSpec
+from .users import DEFAULT_UID_BASE, SandboxUser, user_policy
 
 __all__ = ["BwrapSandbox", "bwrap_problem"]
 
@@ -49,6 +56,8 @@ INSIDE_WORK = f"{INSIDE_ROOT}/work"
 INSIDE_CODE = f"{INSIDE_ROOT}/code"
 INSIDE_TMP = "/tmp"
 SANDBOX_UID = 1000
+# Top-level system folders: on a merged-/usr host they are links into /usr (re-created as links);
+# otherwise bound read-only.
 _SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC_FILES = (
     "/etc/ld.so.cache",
@@ -69,7 +78,17 @@ def bwrap_problem(binary: str | None = None) -> str | None:
     path = binary or shutil.which("bwrap")
     if path is None:
         return "bubblewrap (bwrap) is not installed (apt-get install bubblewrap)"
+    # Probe the way executions run: as an unprivileged user when we are root (that needs
+    # unprivileged user namespaces, which some hosts switch off).
+    prefix = [
+        _setpriv(),
+        f"--reuid={DEFAULT_UID_BASE}",
+        f"--regid={DEFAULT_UID_BASE}",
+        "--clear-groups",
+        "--",
+    ]
     cmd = [
+        *(prefix if os.geteuid() == 0 else []),
         path,
         "--unshare-all",
         "--unshare-user",
@@ -94,21 +113,27 @@ def bwrap_problem(binary: str | None = None) -> str | None:
     return None
 
 
+def _setpriv() -> str:
+    return shutil.which("setpriv") or "/usr/bin/setpriv"
+
+
 def _inside(path: Path, roots: Iterable[Path]) -> bool:
     return any(path == r or r in path.parents for r in roots)
 
 
-def _wmrl_package_dirs() -> list[Path]:
-    """Folders of the installed ``wmrl`` packages (to hide them when they sit in a bound prefix)."""
-    out = []
-    for name in ("wmrl.core", "wmrl.autoresearch", "wmrl.embodied"):
-        mod = sys.modules.get(name)
-        if mod is None:
-            with contextlib.suppress(ImportError):
-                mod = __import__(name, fromlist=["_"])
-        if mod is not None and getattr(mod, "__file__", None):
-            out.append(Path(mod.__file__).resolve().parent)
-    return out
+def _memfd(name: str, data: bytes) -> int:
+    """An anonymous file holding ``data`` (bubblewrap copies it in: no host path is bound)."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.set_inheritable(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 class BwrapSandbox(LocalSandbox):
@@ -117,11 +142,10 @@ class BwrapSandbox(LocalSandbox):
     Args:
         bwrap: path of the ``bwrap`` binary (default: found on ``PATH``).
         hidden_paths: host folders to hide (an empty read-only tmpfs over them) should they fall
-            inside a bound folder, e.g. a task suite installed in site-packages. An installed
-            ``wmrl`` package is always hidden.
+            inside a bound folder (one of ``extra_ro_paths``).
         extra_ro_paths: more host folders to bind read-only at their host paths (a folder of model
-            weights, extra libraries). Never bind a folder that holds answers.
-        output_root, cgroups: see :class:`~.base.LocalSandbox`.
+            weights). Never bind a folder that holds answers or datasets.
+        output_root, cgroups, solution_env, seccomp, users: see :class:`~.base.LocalSandbox`.
     """
 
     name = "bwrap"
@@ -135,41 +159,52 @@ class BwrapSandbox(LocalSandbox):
         extra_ro_paths: Iterable[str | os.PathLike] = (),
         output_root=None,
         cgroups="auto",
+        solution_env=None,
+        seccomp=True,
+        users=None,
     ) -> None:
-        super().__init__(output_root=output_root, cgroups=cgroups)
+        super().__init__(
+            output_root=output_root, cgroups=cgroups, solution_env=solution_env, seccomp=seccomp, users=users
+        )
         self.bwrap = bwrap or shutil.which("bwrap")
-        self.problem = (
+        own = (
             bwrap_problem(self.bwrap)
             if self.bwrap
             else "bubblewrap (bwrap) is not installed (apt-get install bubblewrap)"
         )
-        self.python = sys.executable
+        self.problem = own or self.problem
         extra = [Path(os.path.realpath(p)) for p in extra_ro_paths]
         for p in extra:
             if not p.is_dir():
                 raise ValueError(f"extra_ro_paths entry {p} is not an existing folder")
             if p == Path("/"):
                 raise ValueError("extra_ro_paths must not contain / (that would expose the whole host)")
-        self._roots = [r for r in [*interpreter_roots(), *extra] if not _inside(r, [Path("/usr")])]
-        self._hidden = [Path(os.path.realpath(p)) for p in (*_wmrl_package_dirs(), *hidden_paths)]
-        for r in self._roots:
-            if _inside(r, [Path(INSIDE_ROOT)]):
-                raise ValueError(f"the interpreter prefix {r} collides with the sandbox's own {INSIDE_ROOT}")
-        self._etc = self._scratch_root / "etc"
-        self._etc.mkdir()
-        (self._etc / "passwd").write_text(_PASSWD)
-        (self._etc / "group").write_text(_GROUP)
-        (self._etc / "hosts").write_text(_HOSTS)
+            if _inside(p, [Path(INSIDE_ROOT), Path(INSIDE_PATH)]):
+                raise ValueError(f"extra_ro_paths entry {p} collides with the sandbox's own folders")
+            if os.geteuid() == 0 and not readable_by_others(p):
+                # bubblewrap runs as the unprivileged sandbox user and binds by path.
+                raise ValueError(
+                    f"extra_ro_paths entry {p} is not readable by other users (chmod o+rX, and its parents o+x)"
+                )
+        self._extra = [r for r in extra if not _inside(r, [Path("/usr")])]
+        self._hidden = [Path(os.path.realpath(p)) for p in hidden_paths]
+        self._system = system_paths(self.solution_env) if self.solution_env is not None else []
 
     def tmp_mount_points(self) -> list[str]:
         tmp = Path(INSIDE_TMP)
-        return sorted({r.relative_to(tmp).parts[0] for r in self._roots if tmp in r.parents})
+        return sorted({r.relative_to(tmp).parts[0] for r in self._extra if tmp in r.parents})
 
     def protections(self) -> dict[str, str]:
         cg = self.cgroup_support
         return {
-            "filesystem": "mount namespace: only the system, the interpreter and the public data, read-only",
+            "filesystem": "mount namespace: only part of /usr, the solution environment and the public data, read-only",
             "answers": "never mounted",
+            "datasets": "separate solution environment: no wmrl, no dataset packages, bundled dataset files pruned",
+            "user": user_policy(),
+            "syscalls": "seccomp deny list (keyrings, ptrace, mount, bpf, perf_event_open, userfaultfd, ...)"
+            if self.seccomp
+            else "NO seccomp filter (seccomp=False)",
+            "proc_sys": "/proc/sys read-only",
             "network": "network namespace (private loopback only)",
             "processes": "PID namespace; killing bwrap kills every process inside (setsid cannot escape)",
             "wall_time": "launcher timer + host deadline, whole namespace killed",
@@ -182,6 +217,9 @@ class BwrapSandbox(LocalSandbox):
             "output": "host counts relayed bytes and kills over the limit",
             "environment": "allow-list only",
             "threads": "thread-count variables + CPU affinity",
+            "cpus": "cgroup cpuset + CFS quota"
+            if cg is not None and {"cpuset", "cpu"} <= cg.cpu_controllers
+            else "CPU affinity set before the solution starts; seccomp refuses sched_setaffinity to the solution",
         }
 
     def _pre_warnings(self, limits: Limits) -> list[str]:
@@ -217,8 +255,13 @@ class BwrapSandbox(LocalSandbox):
         args += ["--dev-bind-try", "/dev/nvidia-caps", "/dev/nvidia-caps", "--ro-bind-try", "/sys", "/sys"]
         return args, []
 
-    def _bwrap_args(self, *, stage: Path, data_dir: Path, limits: Limits, gpu_args: list[str]) -> list[str]:
-        """bubblewrap's options (the command follows them separately)."""
+    def _bwrap_args(
+        self, *, data_dir: Path, limits: Limits, gpu_args: list[str], files: dict[str, int]
+    ) -> list[str]:
+        """bubblewrap's options (the command follows them separately).
+
+        ``files``: inside path -> memfd whose contents bubblewrap copies to that path, read-only.
+        """
         a = [
             "--unshare-all", "--unshare-user", "--disable-userns",
             "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox",
@@ -227,8 +270,9 @@ class BwrapSandbox(LocalSandbox):
             "--as-pid-1", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             # Scratch space first, so host paths bound below may sit under /tmp.
             "--size", str(limits.disk_bytes), "--tmpfs", INSIDE_TMP,
-            "--ro-bind", "/usr", "/usr",
         ]  # fmt: skip
+        for d in self._system:
+            a += ["--ro-bind", d, d]
         for d in _SYSTEM_DIRS:
             if os.path.islink(d):
                 a += ["--symlink", os.readlink(d), d]
@@ -236,21 +280,21 @@ class BwrapSandbox(LocalSandbox):
                 a += ["--ro-bind", d, d]
         for f in _ETC_FILES:
             a += ["--ro-bind-try", f, f]
-        for name in ("passwd", "group", "hosts"):
-            a += ["--ro-bind", str(self._etc / name), f"/etc/{name}"]
-        for r in self._roots:
+        a += ["--ro-bind", str(self.solution_env.path), INSIDE_PATH]
+        for r in self._extra:
             a += ["--ro-bind", str(r), str(r)]
         for h in self._hidden:
-            if _inside(h, [*self._roots, Path("/usr")]) and h.is_dir():
+            if _inside(h, self._extra) and h.is_dir():
                 a += ["--tmpfs", str(h), "--remount-ro", str(h)]
         # bubblewrap's /dev is a writable, unbounded tmpfs: give shared memory (multiprocessing,
-        # joblib) its own capped tmpfs and seal the rest of /dev.
-        a += ["--proc", "/proc", "--dev", "/dev"]
+        # joblib) its own capped tmpfs and seal the rest of /dev. bubblewrap leaves /proc/sys
+        # writable where it judges it read-only already; bind it read-only explicitly.
+        a += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
         a += ["--size", str(limits.disk_bytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
         a += ["--size", str(limits.disk_bytes), "--tmpfs", INSIDE_WORK]
         a += ["--ro-bind", str(data_dir), INSIDE_DATA]
-        a += ["--ro-bind", str(stage / "solution.py"), f"{INSIDE_CODE}/solution.py"]
-        a += ["--ro-bind", str(LAUNCHER_PATH), f"{INSIDE_CODE}/launcher.py"]
+        for inside, fd in files.items():
+            a += ["--ro-bind-data", str(fd), inside]
         a += gpu_args
         # bubblewrap builds the sandbox's root on a tmpfs of its own; left writable, it would be
         # scratch space outside the size caps (and memory outside RLIMIT_AS). Seal it: only the
@@ -259,7 +303,9 @@ class BwrapSandbox(LocalSandbox):
         a += ["--chdir", INSIDE_WORK]
         return a
 
-    def _spawn_spec(self, *, stage, data_dir, limits, cpus, rlimits, execution_id) -> SpawnSpec:
+    def _spawn_spec(
+        self, *, stage, data_dir, limits, cpus, rlimits, execution_id, user: SandboxUser, seccomp
+    ) -> SpawnSpec:
         if self.bwrap is None:
             raise FileNotFoundError("bubblewrap (bwrap) is not installed (apt-get install bubblewrap)")
         for h in self._hidden:
@@ -268,36 +314,62 @@ class BwrapSandbox(LocalSandbox):
         gpu_args, gpu_warnings = self._gpu_args(limits)
         if gpu_warnings:
             raise RuntimeError("; ".join(gpu_warnings))
+        python = self.solution_env.inside_python
         cfg = {
-            "python": self.python,
+            "python": python,
             "solution": f"{INSIDE_CODE}/solution.py",
             "cwd": INSIDE_WORK,
             "wall_time_s": limits.wall_time_s,
             "submission_path": f"{INSIDE_WORK}/{SUBMISSION_NAME}",
-            "submission_cap": limits.file_size_bytes,
+            "submission_cap": limits.submission_bytes,
             "rlimits": rlimits,
             "cpus": cpus,
+            "seccomp": seccomp,
         }
-        args = self._bwrap_args(stage=stage, data_dir=data_dir, limits=limits, gpu_args=gpu_args)
-        # Pass the options through a pipe: the sandbox's PID 1 (bubblewrap) then shows only
-        # "bwrap --args N -- <launcher command>" in /proc/1/cmdline, not the host paths it bound.
-        command = [self.python, "-I", "-S", f"{INSIDE_CODE}/launcher.py", json.dumps(cfg)]
-        r, w = os.pipe()
-        payload = b"\0".join(x.encode() for x in args) + b"\0"
-        if len(payload) > 60000:
-            os.close(r)
+        fds: list[int] = []
+        try:
+            contents = {
+                f"{INSIDE_CODE}/solution.py": (stage / "solution.py").read_bytes(),
+                f"{INSIDE_CODE}/launcher.py": LAUNCHER_PATH.read_bytes(),
+                "/etc/passwd": _PASSWD.encode(),
+                "/etc/group": _GROUP.encode(),
+                "/etc/hosts": _HOSTS.encode(),
+            }
+            files = {}
+            for inside, data in contents.items():
+                fds.append(_memfd(Path(inside).name, data))
+                files[inside] = fds[-1]
+            args = self._bwrap_args(data_dir=data_dir, limits=limits, gpu_args=gpu_args, files=files)
+            # Pass the options through a pipe: the sandbox's PID 1 then shows only the launcher's
+            # command line, not the host paths bubblewrap bound.
+            payload = b"\0".join(x.encode() for x in args) + b"\0"
+            if len(payload) > 60000:
+                raise RuntimeError(
+                    f"bubblewrap arguments too long ({len(payload)} bytes) for the --args pipe"
+                )
+            r, w = os.pipe()
+            fds.append(r)
+            os.write(w, payload)
             os.close(w)
-            raise RuntimeError(f"bubblewrap arguments too long ({len(payload)} bytes) for the --args pipe")
-        os.write(w, payload)
-        os.close(w)
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        command = [python, "-I", "-S", f"{INSIDE_CODE}/launcher.py", json.dumps(cfg)]
         env = sandbox_env(
             limits,
             data_dir=INSIDE_DATA,
             submission_path=f"{INSIDE_WORK}/{SUBMISSION_NAME}",
             work_dir=INSIDE_WORK,
             tmp_dir=INSIDE_TMP,
-            python_bin_dir=str(Path(self.python).parent),
+            python_bin_dir=str(Path(python).parent),
             cuda_visible_devices=None if gpu_args else "",
+        )
+        # Drop root before bubblewrap starts: its user namespace then belongs to the sandbox user.
+        prefix = (
+            [_setpriv(), f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups", "--"]
+            if user.dedicated
+            else []
         )
 
         def kill(pid: int, started: dict | None) -> None:
@@ -308,9 +380,9 @@ class BwrapSandbox(LocalSandbox):
                 os.kill(pid, signal.SIGKILL)
 
         return SpawnSpec(
-            argv=[self.bwrap, "--args", str(r), "--", *command],
+            argv=[*prefix, self.bwrap, "--args", str(r), "--", *command],
             env=env,
-            cwd=str(stage),
+            cwd="/",
             kill=kill,
-            pass_fds=(r,),
+            pass_fds=tuple(fds),
         )

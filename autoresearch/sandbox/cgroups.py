@@ -10,7 +10,11 @@ already lives in (so a parent's limits still apply):
   a fork bomb: ``RLIMIT_NPROC`` counts per *user*, and uid 0 (root, which bubblewrap's user
   namespace maps the sandbox user to when the host runs as root) is exempt from it entirely.
 - ``cpuacct`` (v1) / ``cpu.stat`` (v2): CPU time of every process, including ones killed at a
-  timeout that nobody reaped.
+  timeout that nobody reaped;
+- ``cpuset`` and ``cpu`` where the host has them: the execution's CPUs as a hard set
+  (``cpuset.cpus``: a solution cannot re-pin itself onto other cores) and a CFS quota of as many
+  cores (``cpu.cfs_quota_us`` / ``cpu.max``). Without them the sandbox pins the solution with
+  ``sched_setaffinity`` and its seccomp filter refuses that call to the solution.
 
 A group is joined *before* the sandbox starts (the spawn goes through a tiny ``sh`` trampoline
 that writes its own pid into ``cgroup.procs`` and then execs the sandbox), so no process of the
@@ -31,7 +35,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CgroupError", "CgroupStats", "CgroupSupport", "ExecutionCgroup", "detect", "remove_stale"]
+__all__ = [
+    "CgroupError",
+    "CgroupStats",
+    "CgroupSupport",
+    "ExecutionCgroup",
+    "detect",
+    "groups_of_pid",
+    "remove_stale",
+]
 
 _counter = itertools.count()
 _counter_lock = threading.Lock()
@@ -58,8 +70,9 @@ class CgroupSupport:
 
     Attributes:
         version: 1 or 2.
-        parents: for v1, controller name (``memory``, ``pids``, ``cpuacct``) -> the directory of
-            the host process's current group in that controller's hierarchy; for v2, ``{"unified": dir}``.
+        parents: for v1, controller name (``memory``, ``pids``, ``cpuacct``, and ``cpu``/``cpuset``
+            where present) -> the directory of the host process's current group in that
+            controller's hierarchy; for v2, ``{"unified": dir}``.
     """
 
     version: int
@@ -68,6 +81,18 @@ class CgroupSupport:
     def describe(self) -> str:
         where = ", ".join(f"{k}={v}" for k, v in sorted(self.parents.items()))
         return f"cgroup v{self.version} ({where})"
+
+    @property
+    def cpu_controllers(self) -> set[str]:
+        """Which of ``cpuset`` and ``cpu`` (quota) this host lets us use."""
+        if self.version == 1:
+            return {c for c in ("cpuset", "cpu") if c in self.parents}
+        unified = self.parents["unified"]
+        try:
+            available = set((unified / "cgroup.controllers").read_text().split())
+        except OSError:
+            return set()
+        return {"cpuset", "cpu"} & available
 
 
 def _mounts() -> list[tuple[str, str, str, set[str]]]:
@@ -118,7 +143,12 @@ def _join(mountpoint: str, mount_root: str, path: str) -> Path | None:
 def _probe(support: CgroupSupport) -> bool:
     """Create, configure and remove a throw-away group to prove we may."""
     try:
-        group = ExecutionCgroup(support, memory_bytes=256 * 1024 * 1024, max_tasks=64)
+        group = ExecutionCgroup(
+            support, memory_bytes=256 * 1024 * 1024, max_tasks=64, cpus=sorted(os.sched_getaffinity(0))[:1]
+        )
+        if group.cpu_problem is not None:
+            group.remove()
+            return False
     except CgroupError:
         return False
     group.remove()
@@ -135,7 +165,7 @@ def detect() -> CgroupSupport | None:
     for root, mountpoint, fstype, opts in mounts:
         if fstype != "cgroup":
             continue
-        for controller in ("memory", "pids", "cpuacct"):
+        for controller in ("memory", "pids", "cpuacct", "cpu", "cpuset"):
             if controller in opts and controller in own and controller not in v1:
                 where = _join(mountpoint, root, own[controller])
                 if where is not None and where.is_dir() and os.access(where, os.W_OK):
@@ -145,6 +175,11 @@ def detect() -> CgroupSupport | None:
         if _probe(support):
             remove_stale(support)
             return support
+        # CPU controllers are optional: retry with memory/pids/cpuacct only.
+        reduced = CgroupSupport(1, {k: v for k, v in v1.items() if k in ("memory", "pids", "cpuacct")})
+        if _probe(reduced):
+            remove_stale(reduced)
+            return reduced
     for root, mountpoint, fstype, _ in mounts:
         if fstype != "cgroup2" or "" not in own:
             continue
@@ -237,19 +272,35 @@ class ExecutionCgroup:
         support: from :func:`detect`.
         memory_bytes: memory limit (processes + tmpfs + page cache), bytes.
         max_tasks: ``pids.max``: processes + threads.
+        cpus: the host cores of this execution: a cpuset of exactly these and a CPU quota of
+            ``len(cpus)`` cores, where the host has the controllers (see :attr:`cpu_bound`).
+
+    Attributes:
+        cpu_bound: how the CPUs are bounded (``"cpuset 0-1 + quota 2 cores"``) or ``None``.
+        cpuset_applied: whether a cpuset holds the execution to ``cpus``.
+        cpu_problem: why a CPU controller could not be configured, or ``None``.
     """
 
-    def __init__(self, support: CgroupSupport, *, memory_bytes: int, max_tasks: int) -> None:
+    QUOTA_PERIOD_US = 100_000
+
+    def __init__(
+        self, support: CgroupSupport, *, memory_bytes: int, max_tasks: int, cpus: list[int] | None = None
+    ) -> None:
         self.support = support
         with _counter_lock:
             n = next(_counter)
         self.name = f"wmrl-sandbox-{os.getpid()}-{n}-{time.monotonic_ns() % 10**9}"
         self.dirs: dict[str, Path] = {}
+        self.cpu_bound: str | None = None
+        self.cpuset_applied = False
+        self.cpu_problem: str | None = None
         try:
             if support.version == 1:
                 for controller, parent in support.parents.items():
                     d = parent / self.name
-                    d.mkdir()
+                    # Co-mounted controllers (cpu,cpuacct) share one directory.
+                    if d not in self.dirs.values():
+                        d.mkdir()
                     self.dirs[controller] = d
                 mem = self.dirs["memory"]
                 _write(mem / "memory.limit_in_bytes", str(memory_bytes))
@@ -258,6 +309,8 @@ class ExecutionCgroup:
                     with contextlib.suppress(CgroupError):
                         _write(mem / "memory.memsw.limit_in_bytes", str(memory_bytes))
                 _write(self.dirs["pids"] / "pids.max", str(max_tasks))
+                if cpus:
+                    self._cpu_v1(cpus)
             else:
                 parent = support.parents["unified"]
                 control = parent / "cgroup.subtree_control"
@@ -265,6 +318,10 @@ class ExecutionCgroup:
                 missing = {"memory", "pids"} - enabled
                 if missing:
                     _write(control, " ".join("+" + c for c in sorted(missing)))
+                if cpus:
+                    for c in sorted(support.cpu_controllers - set(control.read_text().split())):
+                        with contextlib.suppress(CgroupError):
+                            _write(control, "+" + c)
                 d = parent / self.name
                 d.mkdir()
                 self.dirs["unified"] = d
@@ -273,16 +330,53 @@ class ExecutionCgroup:
                     with contextlib.suppress(CgroupError):
                         _write(d / "memory.swap.max", "0")
                 _write(d / "pids.max", str(max_tasks))
+                if cpus:
+                    self._cpu_v2(cpus)
         except (OSError, CgroupError) as exc:
             self.remove()
             if isinstance(exc, CgroupError):
                 raise
             raise CgroupError(f"cannot create cgroup {self.name}: {exc}") from exc
 
+    def _cpu_v1(self, cpus: list[int]) -> None:
+        bound = []
+        try:
+            if "cpuset" in self.dirs:
+                d = self.dirs["cpuset"]
+                # A v1 cpuset needs its memory nodes before a task may join: the parent's.
+                mems = (d.parent / "cpuset.mems").read_text().strip() or "0"
+                _write(d / "cpuset.mems", mems)
+                _write(d / "cpuset.cpus", ",".join(str(c) for c in cpus))
+                self.cpuset_applied = True
+                bound.append(f"cpuset {','.join(str(c) for c in cpus)}")
+            if "cpu" in self.dirs:
+                d = self.dirs["cpu"]
+                _write(d / "cpu.cfs_period_us", str(self.QUOTA_PERIOD_US))
+                _write(d / "cpu.cfs_quota_us", str(self.QUOTA_PERIOD_US * len(cpus)))
+                bound.append(f"CFS quota {len(cpus)} core(s)")
+        except (OSError, CgroupError) as exc:
+            self.cpu_problem = str(exc)
+        self.cpu_bound = " + ".join(bound) or None
+
+    def _cpu_v2(self, cpus: list[int]) -> None:
+        d = self.dirs["unified"]
+        bound = []
+        try:
+            if (d / "cpuset.cpus").exists():
+                _write(d / "cpuset.cpus", ",".join(str(c) for c in cpus))
+                self.cpuset_applied = True
+                bound.append(f"cpuset {','.join(str(c) for c in cpus)}")
+            if (d / "cpu.max").exists():
+                _write(d / "cpu.max", f"{self.QUOTA_PERIOD_US * len(cpus)} {self.QUOTA_PERIOD_US}")
+                bound.append(f"CFS quota {len(cpus)} core(s)")
+        except (OSError, CgroupError) as exc:
+            self.cpu_problem = str(exc)
+        self.cpu_bound = " + ".join(bound) or None
+
     @property
     def procs_files(self) -> list[str]:
         """The ``cgroup.procs`` files a process must write its pid into to join this group."""
-        return [str(d / "cgroup.procs") for d in self.dirs.values()]
+        return [str(d / "cgroup.procs") for d in dict.fromkeys(self.dirs.values())]
 
     def pids(self) -> list[int]:
         seen: set[int] = set()
@@ -309,33 +403,13 @@ class ExecutionCgroup:
             time.sleep(0.005)
 
     def stats(self) -> CgroupStats:
-        if self.support.version == 1:
-            cpu = _read_int(self.dirs["cpuacct"] / "cpuacct.usage") if "cpuacct" in self.dirs else None
-            mem = self.dirs["memory"]
-            oom = _read_keyed(mem / "memory.oom_control").get("oom_kill", 0)
-            pids = self.dirs["pids"]
-            return CgroupStats(
-                cpu_s=cpu / 1e9 if cpu is not None else None,
-                peak_memory_bytes=_read_int(mem / "memory.max_usage_in_bytes"),
-                oom_kills=oom,
-                pids_peak=_read_int(pids / "pids.peak"),
-                pids_limit_hits=_read_keyed(pids / "pids.events").get("max", 0),
-            )
-        d = self.dirs["unified"]
-        usage = _read_keyed(d / "cpu.stat").get("usage_usec")
-        return CgroupStats(
-            cpu_s=usage / 1e6 if usage is not None else None,
-            peak_memory_bytes=_read_int(d / "memory.peak"),
-            oom_kills=_read_keyed(d / "memory.events").get("oom_kill", 0),
-            pids_peak=_read_int(d / "pids.peak"),
-            pids_limit_hits=_read_keyed(d / "pids.events").get("max", 0),
-        )
+        return stats_of(self.support.version, self.dirs)
 
     def remove(self) -> None:
         """Kill what is left and delete the group (its directories)."""
         if self.pids():
             self.kill_all()
-        for d in list(self.dirs.values()):
+        for d in list(dict.fromkeys(self.dirs.values())):
             for _ in range(200):
                 try:
                     d.rmdir()
@@ -347,3 +421,62 @@ class ExecutionCgroup:
                         break
                     time.sleep(0.005)  # zombies still being reaped
         self.dirs = {}
+
+
+def stats_of(version: int, dirs: dict[str, Path]) -> CgroupStats:
+    """Accounting of a group given its directory per controller (v1) or ``{"unified": dir}`` (v2)."""
+    if version == 1:
+        cpu = _read_int(dirs["cpuacct"] / "cpuacct.usage") if "cpuacct" in dirs else None
+        mem, pids = dirs.get("memory"), dirs.get("pids")
+        return CgroupStats(
+            cpu_s=cpu / 1e9 if cpu is not None else None,
+            peak_memory_bytes=_read_int(mem / "memory.max_usage_in_bytes") if mem else None,
+            oom_kills=_read_keyed(mem / "memory.oom_control").get("oom_kill", 0) if mem else 0,
+            pids_peak=_read_int(pids / "pids.peak") if pids else None,
+            pids_limit_hits=_read_keyed(pids / "pids.events").get("max", 0) if pids else 0,
+        )
+    d = dirs["unified"]
+    usage = _read_keyed(d / "cpu.stat").get("usage_usec")
+    return CgroupStats(
+        cpu_s=usage / 1e6 if usage is not None else None,
+        peak_memory_bytes=_read_int(d / "memory.peak"),
+        oom_kills=_read_keyed(d / "memory.events").get("oom_kill", 0),
+        pids_peak=_read_int(d / "pids.peak"),
+        pids_limit_hits=_read_keyed(d / "pids.events").get("max", 0),
+    )
+
+
+def groups_of_pid(pid: int) -> tuple[int, dict[str, Path]] | None:
+    """``(version, {controller: directory})`` of the groups ``pid`` is in, as seen from here.
+
+    Used for containers (whose engine made the groups): their accounting and the pids
+    controller's refusals. ``None`` when the process is gone or its groups are not visible.
+    """
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    own = {}
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            for c in parts[1].split(",") if parts[1] else [""]:
+                own[c] = parts[2]
+    dirs: dict[str, Path] = {}
+    unified = None
+    for root, mountpoint, fstype, opts in _mounts():
+        if fstype == "cgroup":
+            for c in ("memory", "pids", "cpuacct"):
+                if c in opts and c in own and c not in dirs:
+                    where = _join(mountpoint, root, own[c])
+                    if where is not None and where.is_dir():
+                        dirs[c] = where
+        elif fstype == "cgroup2" and "" in own and unified is None:
+            where = _join(mountpoint, root, own[""])
+            if where is not None and (where / "memory.max").exists():
+                unified = where
+    if "memory" in dirs and "pids" in dirs:
+        return 1, dirs
+    if unified is not None:
+        return 2, {"unified": unified}
+    return None

@@ -1,22 +1,24 @@
-"""The solution's environment: the scrubbed variables it gets, and the libraries it can import.
+"""The solution's environment: the scrubbed variables it gets, the libraries it can import, and
+the parts of the host system a sandbox shows it.
 
 The environment is built from an allow-list, never copied from the host: no API keys, tokens,
-proxy settings or paths of the trainer reach the solution.
+proxy settings or paths of the trainer reach the solution. The interpreter is the separate
+solution environment (:mod:`.solution_env`), never the trainer's.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
+import functools
 import os
-import sys
-from pathlib import Path
+import subprocess
 
 from .limits import Limits
+from .solution_env import SolutionEnv, SolutionEnvError
 
-__all__ = ["SOLUTION_LIBRARIES", "available_libraries", "interpreter_roots", "sandbox_env"]
+__all__ = ["SOLUTION_LIBRARIES", "available_libraries", "sandbox_env", "system_paths"]
 
 # Libraries a solution may use, in the order an agent's prompt should list them:
-# (import name, distribution name). Only those installed in the sandbox's interpreter are offered.
+# (import name, distribution name). Only those installed in the solution environment are offered.
 SOLUTION_LIBRARIES: tuple[tuple[str, str], ...] = (
     ("numpy", "numpy"),
     ("pandas", "pandas"),
@@ -34,21 +36,58 @@ SOLUTION_LIBRARIES: tuple[tuple[str, str], ...] = (
 _ALT_DISTRIBUTIONS = {"xgboost": ("xgboost-cpu",)}
 
 
-def available_libraries() -> dict[str, str]:
-    """``{import name: version}`` of :data:`SOLUTION_LIBRARIES` installed in this interpreter.
+def available_libraries(env: SolutionEnv | str | os.PathLike | None = None) -> dict[str, str]:
+    """``{import name: version}`` of :data:`SOLUTION_LIBRARIES` in the solution environment.
 
-    The sandboxes run this same interpreter (its prefix bound read-only), so what is installed
-    here is exactly what a solution can import. Meant for the agent's prompt.
+    Every backend runs that environment, so this is exactly what a solution can import; meant
+    for the agent's prompt. Empty when no solution environment is built (``env`` None: the
+    default one).
     """
+    try:
+        env = env if isinstance(env, SolutionEnv) else SolutionEnv.find(env)
+    except SolutionEnvError:
+        return {}
+    installed = env.libraries()
     out = {}
     for module, dist in SOLUTION_LIBRARIES:
         for name in (dist, *_ALT_DISTRIBUTIONS.get(module, ())):
-            try:
-                out[module] = importlib.metadata.version(name)
+            if name in installed:
+                out[module] = installed[name]
                 break
-            except importlib.metadata.PackageNotFoundError:
-                continue
     return out
+
+
+@functools.lru_cache(maxsize=8)
+def _stdlib_dir(base_python: str) -> str:
+    done = subprocess.run(
+        [base_python, "-I", "-S", "-c", "import sysconfig; print(sysconfig.get_paths()['stdlib'])"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def system_paths(env: SolutionEnv) -> list[str]:
+    """The host folders under ``/usr`` a sandbox binds read-only (at the same paths).
+
+    Not all of ``/usr``: only executables, the shared libraries, the base interpreter's standard
+    library, the C.UTF-8 locale and the time zones. Everything else a host may keep there
+    (documentation, other languages' packages, SDKs, data files) stays out of sight.
+    """
+    import sysconfig
+
+    multiarch = sysconfig.get_config_var("MULTIARCH") or ""
+    candidates = [
+        "/usr/bin",
+        f"/usr/lib/{multiarch}" if multiarch else "/usr/lib",
+        "/usr/lib64",
+        _stdlib_dir(str(env.base_python)),
+        "/usr/lib/locale",
+        "/usr/share/zoneinfo",
+    ]
+    return [p for p in dict.fromkeys(candidates) if os.path.isdir(p)]
 
 
 def sandbox_env(
@@ -72,7 +111,7 @@ def sandbox_env(
         "SUBMISSION_PATH": submission_path,
         "HOME": work_dir,
         "TMPDIR": tmp_dir,
-        "PATH": f"{python_bin_dir}:/usr/local/bin:/usr/bin:/bin",
+        "PATH": f"{python_bin_dir}:/usr/bin:/bin",
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
         "PYTHONHASHSEED": "0",
@@ -88,27 +127,3 @@ def sandbox_env(
     if extra:
         env.update(extra)
     return env
-
-
-def interpreter_roots() -> list[Path]:
-    """The directories that hold this interpreter and its libraries (to bind read-only).
-
-    ``sys.prefix`` (the venv), ``sys.base_prefix`` (the interpreter it was made from) and the
-    real location of ``sys.executable``; nested entries are dropped. Directories named on
-    ``sys.path`` outside these (an editable install's source tree, the current directory) are
-    deliberately *not* included: they may hold the very answers the sandbox hides.
-    """
-    candidates = {Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
-    real_exe = Path(os.path.realpath(sys.executable))
-    candidates.add(real_exe.parent.parent)
-    resolved = sorted(
-        {Path(os.path.realpath(p)) for p in candidates} | candidates, key=lambda p: len(p.parts)
-    )
-    roots: list[Path] = []
-    for p in resolved:
-        if not p.is_dir() or p == Path("/"):
-            continue
-        if any(p == r or r in p.parents for r in roots):
-            continue
-        roots.append(p)
-    return roots

@@ -6,8 +6,13 @@ code. It must not import WMRL. It:
 
 1. forks the solution (``python solution.py``) into its own process group, with its stdout and
    stderr on pipes owned by the launcher, stdin from ``/dev/null``, resource limits applied in the
-   child (``RLIMIT_FSIZE``, ``RLIMIT_NOFILE``, ``RLIMIT_CORE``, optionally ``RLIMIT_AS``), pinned
-   to the given CPUs, with every other file descriptor closed;
+   child (``RLIMIT_FSIZE``, ``RLIMIT_NOFILE``, ``RLIMIT_CORE``, optionally ``RLIMIT_AS`` and
+   ``RLIMIT_NPROC``), pinned to the given CPUs, switched to the given unprivileged user (subprocess
+   backend), under the seccomp filter the host compiled (installed last, right before ``exec``),
+   with every other file descriptor closed. Whether that set-up and the ``exec`` succeeded comes
+   back on a close-on-exec *status pipe* that only the launcher holds: a failure there is ours
+   (``harness_error`` in the exit frame), and nothing the solution prints or returns can look
+   like one;
 2. relays the solution's output to its own stdout as frames, so the solution can never forge a
    frame (it never holds the launcher's stdout);
 3. enforces the wall-time limit (kills the solution's process group) — the host keeps a harder
@@ -16,8 +21,9 @@ code. It must not import WMRL. It:
    namespace's init that it has no handler for, SIGKILL included), and it is made non-dumpable so
    the solution cannot ptrace it either; it reaps orphans;
 4. after the solution ends, kills whatever is left in its process group, then streams a copy of
-   the submission file (a regular file only, never through a symlink, at most ``submission_cap``
-   bytes) and a final exit frame with the wait status and ``rusage``.
+   the submission file (a regular file only, never through a symlink, not sparse, at most
+   ``submission_cap`` bytes: a bigger or sparse one is refused before a byte is sent) and a final
+   exit frame with the wait status, ``rusage`` and the status pipe's verdict.
 
 Frame: one kind byte, a 4-byte big-endian payload length, the payload. Kinds: ``s`` started
 (JSON), ``o`` stdout bytes, ``e`` stderr bytes, ``f`` submission bytes, ``x`` exit (JSON, last).
@@ -49,6 +55,9 @@ CHUNK = 65536
 DRAIN_GRACE_S = 0.2
 EXIT_CODE_BAD_CONFIG = 96
 EXIT_CODE_EXEC_FAILED = 127
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -70,15 +79,49 @@ def _rusage_dict(ru) -> dict:
     return {"utime": ru.ru_utime, "stime": ru.ru_stime, "maxrss_kb": ru.ru_maxrss}
 
 
-def _child(cfg: dict, out_w: int, err_w: int) -> None:
-    """In the forked child: set up limits and descriptors, then exec the solution. Never returns."""
+def _seccomp_loader(program: bytes | None):
+    """A function that installs ``program`` (classic BPF from libseccomp) in the calling process.
+
+    Everything that allocates is done here, before the fork; the returned call only makes two
+    ``prctl`` calls.
+    """
+    if not program:
+        return None
+    import ctypes
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = ctypes.create_string_buffer(program, len(program))
+    prog = SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    prctl = libc.prctl
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+
+    def install() -> None:
+        keep = (buf, prog)  # noqa: F841 - the buffers must outlive the call
+        if prctl(PR_SET_NO_NEW_PRIVS, 1, None, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+        if prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+
+    return install
+
+
+def _child(cfg: dict, out_w: int, err_w: int, status_w: int, install_filter) -> None:
+    """In the forked child: set up limits and descriptors, then exec the solution. Never returns.
+
+    ``status_w`` is close-on-exec: it closes by itself when ``exec`` succeeds, and carries the
+    reason when anything before it fails.
+    """
     try:
         os.setpgid(0, 0)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
-        os.closerange(3, 65536)
+        os.closerange(3, status_w)
+        os.closerange(status_w + 1, 65536)
         for sig in (signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGALRM):
             signal.signal(sig, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
@@ -96,14 +139,18 @@ def _child(cfg: dict, out_w: int, err_w: int) -> None:
         drop = cfg.get("drop_privileges")
         if drop:
             os.setgroups([])
-            os.setgid(drop[1])
-            os.setuid(drop[0])
+            os.setresgid(drop[1], drop[1], drop[1])
+            os.setresuid(drop[0], drop[0], drop[0])
+            if os.getuid() != drop[0] or os.geteuid() != drop[0]:
+                raise OSError("the user switch did not take effect")
         os.chdir(cfg["cwd"])
         argv = [cfg["python"], *cfg.get("python_args", []), cfg["solution"]]
+        if install_filter is not None:
+            install_filter()
         os.execv(cfg["python"], argv)
-    except BaseException as exc:  # report and leave without running any more Python
+    except BaseException as exc:  # report on the status pipe and leave without running more Python
         try:
-            os.write(2, f"launcher: could not start the solution: {exc!r}\n".encode())
+            os.write(status_w, f"could not start the solution: {exc!r}".encode()[:4000])
         finally:
             os._exit(EXIT_CODE_EXEC_FAILED)
 
@@ -140,6 +187,19 @@ def _copy_submission(path: str, cap: int) -> dict:
                 "present": True,
                 "error": f"the submission is {st.st_size} bytes, over the {cap}-byte limit",
             }
+        # A sparse file costs the solution nothing and the host a real copy: refuse it unread.
+        # SEEK_HOLE finds the first hole (the end of the file when there is none).
+        try:
+            hole = os.lseek(fd, 0, os.SEEK_HOLE)
+            os.lseek(fd, 0, os.SEEK_SET)
+        except OSError:
+            hole = st.st_size
+        if hole < st.st_size:
+            return {
+                "present": True,
+                "error": f"the submission is a sparse file (a hole at byte {hole} of {st.st_size}); "
+                "write it normally",
+            }
         sent = 0
         while sent <= cap:
             chunk = os.read(fd, CHUNK)
@@ -166,14 +226,29 @@ def run(cfg: dict) -> int:
         os.set_inheritable(fd, False)
     os.set_blocking(wake_w, False)
     os.set_blocking(wake_r, False)
+    status_r, status_w = os.pipe2(os.O_CLOEXEC)
+    program = bytes.fromhex(cfg["seccomp"]) if cfg.get("seccomp") else None
+    install_filter = _seccomp_loader(program)
     start = time.monotonic()
     deadline = start + float(cfg["wall_time_s"])
     pid = os.fork()
     if pid == 0:
-        _child(cfg, out_w, err_w)
+        _child(cfg, out_w, err_w, status_w, install_filter)
     _make_undumpable()
     os.close(out_w)
     os.close(err_w)
+    os.close(status_w)
+    # EOF on the status pipe: exec succeeded (the child's copy closed with it); bytes: it failed.
+    failure = b""
+    while True:
+        try:
+            chunk = os.read(status_r, 4096)
+        except InterruptedError:
+            continue
+        if not chunk:
+            break
+        failure += chunk
+    os.close(status_r)
     # A SIGCHLD wakes the select below at once, so a finished solution is noticed without polling.
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w)
@@ -235,6 +310,7 @@ def run(cfg: dict) -> int:
         os.close(fd)
     submission = _copy_submission(cfg["submission_path"], int(cfg["submission_cap"]))
     exit_info = {
+        "harness_error": failure.decode("utf-8", "replace") if failure else None,
         "wait_status": status,
         "timed_out": timed_out,
         "solution_wall_s": time.monotonic() - start,

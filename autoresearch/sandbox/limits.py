@@ -58,8 +58,10 @@ class Limits:
             processes + tmpfs + page cache), else per process (``RLIMIT_AS``, virtual memory)
             plus a polled tree-RSS watchdog.
         max_processes: tasks (processes *and* threads) the execution may hold at once.
-        file_size_mb: largest file the solution may write (``RLIMIT_FSIZE``), MiB. Also caps the
-            size of the submission copied out.
+        file_size_mb: largest file the solution may write (``RLIMIT_FSIZE``), MiB.
+        submission_mb: largest submission copied out of the sandbox, MiB (at most
+            ``file_size_mb``). A bigger one, or a sparse file, is refused *before* a byte of it is
+            copied: the host never holds more than this per execution.
         disk_mb: total size of the writable scratch space (work dir + ``/tmp``), MiB, where the
             backend has a size-capped filesystem (bubblewrap: one tmpfs; Docker: tmpfs mounts).
         output_bytes: total bytes the solution may write to stdout + stderr; beyond this the
@@ -76,6 +78,7 @@ class Limits:
     memory_mb: int = 4096
     max_processes: int = 256
     file_size_mb: int = 1024
+    submission_mb: int = 256
     disk_mb: int = 2048
     output_bytes: int = 8 * _MB
     tail_bytes: int = 16384
@@ -90,6 +93,7 @@ class Limits:
             "memory_mb",
             "max_processes",
             "file_size_mb",
+            "submission_mb",
             "disk_mb",
             "output_bytes",
             "tail_bytes",
@@ -163,6 +167,11 @@ class Limits:
     @property
     def file_size_bytes(self) -> int:
         return self.file_size_mb * _MB
+
+    @property
+    def submission_bytes(self) -> int:
+        """The submission cap in bytes: ``submission_mb``, never above ``file_size_mb``."""
+        return min(self.submission_mb, self.file_size_mb) * _MB
 
     @property
     def disk_bytes(self) -> int:

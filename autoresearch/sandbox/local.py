@@ -1,13 +1,17 @@
 """Plain-subprocess backend: a fallback that does NOT isolate.
 
-The solution runs as the host user, sees the host's whole filesystem (private answers included),
-the network and every process. What it does enforce: the wall time (process-group kill, plus a
-search by an environment marker for processes that left the group), the output limit, memory and
-task limits (a cgroup where the host allows one, else ``RLIMIT_AS`` and a polled watchdog), the
-file-size limit (``RLIMIT_FSIZE``), a fresh work dir, a private ``TMPDIR``, a scrubbed environment
-and thread caps. By default the public data is *copied* into a fresh read-only-mode folder per
-execution so that a solution cannot alter it for the next one (as root, mode bits do not stop
-it from altering its own copy).
+The solution sees the host's whole filesystem (private answers included, where its user may read
+them), the network and every process. What it does enforce: a dedicated unprivileged user when the
+trainer is root (the launcher drops to it before the solution starts: it cannot signal the
+launcher, write root's files or charge root's per-user kernel quotas), the same seccomp filter as
+the isolating backends, the solution environment's interpreter, the wall time (process-group
+kill, plus a sweep of every process of the sandbox user, or of an environment marker when there
+is no dedicated user), the output limit, memory, task and CPU limits (a cgroup where the host
+allows one, else ``RLIMIT_AS``, a polled watchdog and pinning), the file-size limit
+(``RLIMIT_FSIZE``), a fresh work dir, a private ``TMPDIR``, a scrubbed environment and thread
+caps. By default the public data is *copied* into a fresh root-owned read-only folder per
+execution, so that a solution cannot alter it for the next one; staged copies of other
+backends are root-owned and read-only too, and verified before each reuse.
 
 Every result says ``isolated=False`` and carries a warning; every run logs one. Use it for
 development and tests only, never for RL on untrusted policies.
@@ -28,15 +32,16 @@ from .base import LAUNCHER_PATH, SUBMISSION_NAME, LocalSandbox, kill_process_gro
 from .environment import sandbox_env
 from .limits import Limits
 from .supervisor import SpawnSpec
+from .users import SandboxUser, user_policy
 
 __all__ = ["NO_ISOLATION_WARNING", "SubprocessSandbox"]
 
 log = logging.getLogger("wmrl.autoresearch.sandbox")
 
 NO_ISOLATION_WARNING = (
-    "subprocess backend: NO ISOLATION - the solution ran as the host user with the host's filesystem "
-    "(private answers included), network and processes visible; only time, output, memory, task and "
-    "file-size limits were enforced. Do not use it for untrusted code."
+    "subprocess backend: NO ISOLATION - the solution ran on the host with the host's filesystem "
+    "(private answers included, where its user may read them), network and processes visible; only "
+    "its user, time, output, memory, task and file-size limits were enforced. Do not use it for untrusted code."
 )
 MARKER_VAR = "WMRL_SANDBOX_EXECUTION"
 
@@ -80,17 +85,29 @@ class SubprocessSandbox(LocalSandbox):
     name = "subprocess"
     isolated = False
 
-    def __init__(self, *, copy_data: bool = True, output_root=None, cgroups="auto") -> None:
-        super().__init__(output_root=output_root, cgroups=cgroups)
+    def __init__(
+        self,
+        *,
+        copy_data: bool = True,
+        output_root=None,
+        cgroups="auto",
+        solution_env=None,
+        seccomp=True,
+        users=None,
+    ) -> None:
+        super().__init__(
+            output_root=output_root, cgroups=cgroups, solution_env=solution_env, seccomp=seccomp, users=users
+        )
         self.copy_data = copy_data
-        self.python = sys.executable
         log.warning(NO_ISOLATION_WARNING)
 
     def protections(self) -> dict[str, str]:
         cg = self.cgroup_support
         return {
             "filesystem": "NO: the host filesystem is visible and writable as the host user",
-            "answers": "NO: readable if the host user can read them",
+            "answers": "NO: readable if the sandbox user can read them",
+            "user": user_policy(),
+            "syscalls": "seccomp deny list (same as bwrap)" if self.seccomp else "NO seccomp filter",
             "network": "NO",
             "processes": "process-group kill + environment-marker sweep"
             + (
@@ -122,14 +139,19 @@ class SubprocessSandbox(LocalSandbox):
             )
         return out
 
-    def _spawn_spec(self, *, stage, data_dir, limits, cpus, rlimits, execution_id) -> SpawnSpec:
+    def _spawn_spec(
+        self, *, stage, data_dir, limits, cpus, rlimits, execution_id, user: SandboxUser, seccomp
+    ) -> SpawnSpec:
         work = stage / "work"
         tmp = stage / "tmp"
         code = stage / "code"
-        work.mkdir()
-        tmp.mkdir()
+        for d in (work, tmp):
+            d.mkdir(mode=0o700)
+            if user.dedicated:
+                os.chown(d, user.uid, user.gid)
         code.mkdir()
         (stage / "solution.py").rename(code / "solution.py")
+        os.chmod(code, 0o555)
         if self.copy_data:
             data = stage / "data"
             _read_only_copy(data_dir, data)
@@ -144,25 +166,33 @@ class SubprocessSandbox(LocalSandbox):
         else:
             cuda = ",".join(str(i) for i in limits.gpu)
         marker = f"{MARKER_VAR}={execution_id}"
+        python = str(self.solution_env.python)
         env = sandbox_env(
             limits,
             data_dir=str(data),
             submission_path=str(work / SUBMISSION_NAME),
             work_dir=str(work),
             tmp_dir=str(tmp),
-            python_bin_dir=str(Path(self.python).parent),
+            python_bin_dir=str(Path(python).parent),
             cuda_visible_devices=cuda,
             extra={MARKER_VAR: execution_id},
         )
+        rlimits = dict(rlimits)
+        if user.dedicated:
+            # The uid is this execution's alone, so the per-user process count is a hard bound
+            # on its tasks even without a cgroup (threads count too).
+            rlimits["NPROC"] = limits.max_processes
         cfg = {
-            "python": self.python,
+            "python": python,
             "solution": str(code / "solution.py"),
             "cwd": str(work),
             "wall_time_s": limits.wall_time_s,
             "submission_path": str(work / SUBMISSION_NAME),
-            "submission_cap": limits.file_size_bytes,
+            "submission_cap": limits.submission_bytes,
             "rlimits": rlimits,
             "cpus": cpus,
+            "seccomp": seccomp,
+            "drop_privileges": [user.uid, user.gid] if user.dedicated else None,
         }
 
         def kill(pid: int, started: dict | None) -> None:
@@ -183,10 +213,19 @@ class SubprocessSandbox(LocalSandbox):
                 )
             if before is not None and _fingerprint(data_dir) != before:
                 warnings.append(f"the public data folder {data_dir} was MODIFIED during this execution")
-            # Restore write permission so the stage folder (with the data copy) can be removed.
-            for root, _dirs, _ in os.walk(stage):
-                os.chmod(root, 0o700)
+            # No chmod here: the work dir is the solution's, and os.chmod follows the links it
+            # may have left there (a test once saw "/" become 0700). The base removes the stage.
             return warnings
 
-        argv = [self.python, "-I", "-S", str(LAUNCHER_PATH), json.dumps(cfg)]
-        return SpawnSpec(argv=argv, env=env, cwd=str(work), kill=kill, after=after, launcher_killable=True)
+        # The launcher itself runs with the trainer's interpreter (trusted code, stdlib only); the
+        # solution with the solution environment's.
+        argv = [sys.executable, "-I", "-S", str(LAUNCHER_PATH), json.dumps(cfg)]
+        return SpawnSpec(
+            argv=argv,
+            env=env,
+            cwd=str(work),
+            kill=kill,
+            after=after,
+            # Under its own uid the solution cannot signal the (root) launcher.
+            launcher_killable=not user.dedicated,
+        )

@@ -6,8 +6,8 @@ different cores where the host has enough.
 
 Cache: keyed by ``(task id, SHA-256 of the code, limits, backend)``. Two stores:
 
-- ``cache="memory"``: an in-process LRU of at most ``cache_max_entries`` results; the submission
-  bytes are kept in memory with them.
+- ``cache="memory"``: an in-process LRU of at most ``cache_max_entries`` results and
+  ``cache_max_bytes`` submission bytes in all; the submission bytes are kept in memory with them.
 - ``cache=<folder>``: on disk, one sub-folder per key (``<folder>/<key[:2]>/<key>/result.json``
   and ``submission.csv``), written to a temporary folder and renamed into place so a reader never
   sees half an entry; survives restarts and may be shared by processes.
@@ -16,6 +16,10 @@ Every hit returns a *fresh copy*: a new :class:`ExecutionResult` (``cached=True`
 submission is a new file, so a caller that edits or deletes what it got cannot corrupt the cache.
 ``harness_error`` results are never cached (they are our failures, and may not repeat).
 Identical requests in flight at the same time run once; the others wait for that run.
+
+A grader that finds a submission invalid calls :meth:`SandboxPool.reject_submission`: the cache
+then drops that submission's bytes and keeps the verdict (``ExecutionResult.submission_verdict``),
+so invalid submissions (a flood of rows, garbage) never occupy the cache.
 """
 
 from __future__ import annotations
@@ -74,6 +78,9 @@ class SandboxPool:
         slots: concurrent executions (>= 1).
         cache: ``None`` (off), ``"memory"``, or a folder path for the on-disk cache.
         cache_max_entries: bound of the in-memory cache (least recently used evicted).
+        cache_max_bytes: bound of the submission bytes the in-memory cache holds in all (least
+            recently used evicted; a submission bigger than this alone is not cached: its run
+            is repeated on the next request).
     """
 
     def __init__(
@@ -82,6 +89,7 @@ class SandboxPool:
         slots: int = 1,
         cache: str | os.PathLike | None = None,
         cache_max_entries: int = 4096,
+        cache_max_bytes: int = 256 * 2**20,
     ) -> None:
         if not isinstance(sandbox, Sandbox):
             raise TypeError(f"sandbox must be a Sandbox; got {type(sandbox).__name__}")
@@ -93,6 +101,8 @@ class SandboxPool:
             or cache_max_entries < 1
         ):
             raise ValueError(f"cache_max_entries must be an int >= 1; got {cache_max_entries!r}")
+        if isinstance(cache_max_bytes, bool) or not isinstance(cache_max_bytes, int) or cache_max_bytes < 0:
+            raise ValueError(f"cache_max_bytes must be an int >= 0; got {cache_max_bytes!r}")
         self.sandbox = sandbox
         self.slots = slots
         self._executor = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="wmrl-sandbox")
@@ -110,6 +120,8 @@ class SandboxPool:
         else:
             raise ValueError(f"cache must be None, 'memory' or a folder path; got {cache!r}")
         self.cache_max_entries = cache_max_entries
+        self.cache_max_bytes = cache_max_bytes
+        self._memory_bytes = 0
         self.hits = 0
         self.misses = 0
 
@@ -201,6 +213,7 @@ class SandboxPool:
     ) -> tuple[ExecutionResult, dict, bytes | None]:
         try:
             res = self.sandbox.run(code, data_dir, limits)
+            res.cache_key = key
             record = res.to_dict()
             record["submission"] = None
             sub = (
@@ -217,11 +230,18 @@ class SandboxPool:
 
     def _store(self, key: str, record: dict, sub: bytes | None) -> None:
         if self._memory is not None:
+            size = len(sub) if sub is not None else 0
+            if size > self.cache_max_bytes:
+                return  # one submission over the whole budget: not cached at all
             with self._lock:
+                old = self._memory.pop(key, None)
+                if old is not None:
+                    self._memory_bytes -= len(old[1] or b"")
                 self._memory[key] = (record, sub)
-                self._memory.move_to_end(key)
-                while len(self._memory) > self.cache_max_entries:
-                    self._memory.popitem(last=False)
+                self._memory_bytes += size
+                while len(self._memory) > self.cache_max_entries or self._memory_bytes > self.cache_max_bytes:
+                    _, (_, dropped) = self._memory.popitem(last=False)
+                    self._memory_bytes -= len(dropped or b"")
             return
         final = self._disk / key[:2] / key
         if final.exists():
@@ -235,6 +255,39 @@ class SandboxPool:
             os.rename(tmp, final)
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)  # another process stored it first
+
+    def reject_submission(self, result: ExecutionResult, code: str, reason: str) -> bool:
+        """Drop ``result``'s submission bytes from the cache and keep the grader's verdict instead.
+
+        Returns whether a cache entry was changed. Later hits come back with ``submission=None``
+        and ``submission_verdict={"code", "reason"}``.
+        """
+        key = result.cache_key
+        if key is None or not self._caching:
+            return False
+        verdict = {"code": str(code), "reason": str(reason)}
+        if self._memory is not None:
+            with self._lock:
+                entry = self._memory.get(key)
+                if entry is None:
+                    return False
+                record, sub = entry
+                record = {**record, "submission_verdict": verdict}
+                self._memory[key] = (record, None)
+                self._memory_bytes -= len(sub or b"")
+            return True
+        folder = self._disk / key[:2] / key
+        try:
+            record = json.loads((folder / "result.json").read_text())
+        except (OSError, ValueError):
+            return False
+        record["submission_verdict"] = verdict
+        tmp = folder / f".result.{uuid.uuid4().hex}.json"
+        tmp.write_text(json.dumps(record, sort_keys=True))
+        os.replace(tmp, folder / "result.json")  # readers see the old record or the new one
+        with contextlib.suppress(FileNotFoundError):
+            (folder / "submission.csv").unlink()
+        return True
 
     def _load(self, key: str) -> ExecutionResult | None:
         if self._memory is not None:
@@ -258,7 +311,7 @@ class SandboxPool:
         res.cached = True
         res.execution_id = uuid.uuid4().hex
         res.submission = None
-        if sub is not None:
+        if sub is not None and not res.submission_verdict:
             path = self.sandbox.output_root / f"cached-{res.execution_id}" / "submission.csv"
             path.parent.mkdir(parents=True)
             path.write_bytes(sub)

@@ -15,9 +15,11 @@ __all__ = [
     "descendants",
     "find_by_cmdline",
     "find_by_environ",
+    "find_by_uid",
     "kill_pids",
     "read_proc",
     "snapshot",
+    "uid_of",
 ]
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -130,3 +132,23 @@ def kill_pids(pids: list[int], sig: int = signal.SIGKILL) -> int:
         except (ProcessLookupError, PermissionError):
             pass
     return n
+
+
+def uid_of(pid: int) -> int | None:
+    """The real uid of ``pid`` (``/proc/<pid>/status``); ``None`` when it is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"State:") and line.split()[1] == b"Z":
+                    return None  # dead, waiting to be reaped: nothing to kill
+                if line.startswith(b"Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def find_by_uid(uid: int) -> list[int]:
+    """Pids of live (non-zombie) processes whose real uid is ``uid``."""
+    me = os.getpid()
+    return [pid for pid in _pids() if pid != me and uid_of(pid) == uid]

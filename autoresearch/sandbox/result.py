@@ -96,6 +96,10 @@ class ExecutionResult:
         limits: the limits the execution ran under.
         cached: ``True`` when the result came from a :class:`~.pool.SandboxPool` cache.
         execution_id: unique id of the execution (names its output folder).
+        cache_key: the :class:`~.pool.SandboxPool` cache key of the execution, when it has one.
+        submission_verdict: ``{"code", "reason"}`` when a grader found this execution's
+            submission invalid and the cache kept that verdict instead of the bytes
+            (:meth:`~.pool.SandboxPool.reject_submission`); ``submission`` is then ``None``.
     """
 
     status: str
@@ -115,6 +119,8 @@ class ExecutionResult:
     limits: Limits | None = None
     cached: bool = False
     execution_id: str = ""
+    cache_key: str | None = None
+    submission_verdict: dict | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

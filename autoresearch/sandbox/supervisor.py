@@ -35,7 +35,6 @@ from pathlib import Path
 from . import procscan
 from .cgroups import CgroupStats, ExecutionCgroup
 from .launcher import (
-    EXIT_CODE_EXEC_FAILED,
     FRAME,
     KIND_EXIT,
     KIND_STARTED,
@@ -261,7 +260,7 @@ def supervise(
         for fd in spec.pass_fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
-    reader = _FrameReader(out, submission_dest, limits.file_size_bytes)
+    reader = _FrameReader(out, submission_dest, limits.submission_bytes)
     killed_at: float | None = None
 
     def kill(kind: str, message: str) -> None:
@@ -427,6 +426,10 @@ def classify(out: RawOutcome, limits: Limits) -> Classification:
                 out.protocol_error or f"the sandbox exited with code {host_code} before the launcher reported"
             )
         return Classification("harness_error", f"{why}. {diag}".strip(), None, None)
+    if info.get("harness_error"):
+        # Reported on the launcher's status pipe, which the solution never holds: its set-up or
+        # exec failed before any solution code ran.
+        return Classification("harness_error", f"launcher: {info['harness_error']}", None, None)
     ws = info.get("wait_status")
     if info.get("timed_out"):
         return Classification(
@@ -452,8 +455,6 @@ def classify(out: RawOutcome, limits: Limits) -> Classification:
     if code == 0:
         return Classification("ok", None, 0, None)
     stderr_tail = out.stderr.text() if out.stderr is not None else ""
-    if code == EXIT_CODE_EXEC_FAILED and "launcher: could not start the solution" in stderr_tail:
-        return Classification("harness_error", _last_line(stderr_tail), None, None)
     if oom:
         return Classification(
             "killed", "memory limit: the cgroup's OOM killer killed a process of the solution", code, None

@@ -50,6 +50,7 @@ def register_train(root) -> None:
         config="wmrl.autoresearch.training.sft:WarmStartConfig",
         run="wmrl.autoresearch.training.sft:run_sft_from_cli",
         default_out="runs/autoresearch-sft-{time}",
+        stage=True,  # supervised: checkpoints complete with wmrl_stage.json, not a correction's state
     )
 
 

@@ -22,6 +22,7 @@ from wmrl.autoresearch.worldmodel.model import WorldModelConfig
 from wmrl.core.config import require
 from wmrl.core.corrector import CorrectorConfig
 from wmrl.core.debias import DebiasConfig
+from wmrl.core.engines.ray.config import RayPoolConfig
 from wmrl.core.fusion import FusionConfig
 from wmrl.core.train_config import TrainConfigBase
 
@@ -104,8 +105,13 @@ class SandboxSection:
         cache: keep an in-memory result cache keyed by (task, code hash) for resubmitted scripts.
         gpus: GPU indices the agent's code may use (``[]``: none, the code runs on CPUs). Each
             concurrent execution gets its own ``gpus_per_slot`` of them, so ``workers`` must not exceed
-            ``len(gpus) / gpus_per_slot``; the agent is told it has a GPU.
+            ``len(gpus) / gpus_per_slot``; the agent is told it has a GPU. Local pool only: a Ray pool
+            gives each slot its GPUs through ``ray.gpus_per_slot``.
         gpus_per_slot: GPUs each execution sees.
+        pool: ``local`` (threads on this machine) or ``ray`` (Ray workers on any node of a cluster,
+            each running ``backend``; ``docs/scale-out.md``).
+        ray: the Ray pool (``pool: ray``): cluster address, slots (= ``workers``), resources per
+            slot, retries on another node, deadline.
     """
 
     backend: Literal["bwrap", "docker", "subprocess", "auto"] = "bwrap"
@@ -115,6 +121,8 @@ class SandboxSection:
     cache: bool = True
     gpus: tuple[int, ...] = ()
     gpus_per_slot: int = 1
+    pool: Literal["local", "ray"] = "local"
+    ray: RayPoolConfig = field(default_factory=RayPoolConfig)
 
     def __post_init__(self) -> None:
         require(
@@ -142,9 +150,29 @@ class SandboxSection:
                 "execution gets its own GPU(s); lower workers or give more gpus",
             )
 
+        if self.pool == "ray":
+            require(
+                not self.gpus,
+                "sandbox.gpus names devices of this machine (local pool); with sandbox.pool=ray each Ray slot "
+                "gets its own GPUs through sandbox.ray.gpus_per_slot",
+            )
+            require(
+                self.backend != "auto",
+                "sandbox.backend must be named (bwrap, docker or subprocess) with sandbox.pool=ray: the "
+                "nodes may differ, and the run must say what isolates the agent's code",
+            )
+            require(
+                self.ray.slots == self.workers,
+                f"sandbox.workers ({self.workers}, executions in flight) must equal sandbox.ray.slots "
+                f"({self.ray.slots}, Ray workers) with sandbox.pool=ray",
+            )
+
     @property
     def gpu_count(self) -> int:
-        """GPUs one execution sees (0: none)."""
+        """GPUs one execution sees (0: none; a Ray slot's share of one GPU counts as one)."""
+        if self.pool == "ray":
+            share = self.ray.gpus_per_slot
+            return 0 if share <= 0 else max(1, int(share))
         return self.gpus_per_slot if self.gpus else 0
 
 
@@ -158,6 +186,13 @@ class GRPOSection:
         top_p: nucleus sampling of the policy.
         beta: KL coefficient (0: no reference model, TRL's default).
         loss_type: TRL loss (``dapo`` default: token-level normalisation, independent of the weights).
+        use_vllm: generate with vLLM through TRL (GPU only; every turn of K-turn episodes too).
+        vllm_mode: ``colocate`` (vLLM in the training process, sharing its GPU) or ``server``
+            (``trl vllm-serve`` on other GPUs, at ``vllm_server_base_url``).
+        vllm_server_base_url: the server of ``vllm_mode: server`` (``null``: TRL's default host/port).
+        vllm_gpu_memory_utilization: share of the GPU colocated vLLM may take.
+        gradient_checkpointing: recompute activations in the backward pass (less memory, more
+            compute); GPUs only: refused on a CPU, where it makes GRPO several times slower.
     """
 
     max_completion_tokens: int = 160
@@ -165,12 +200,25 @@ class GRPOSection:
     top_p: float = 1.0
     beta: float = 0.0
     loss_type: Literal["dapo", "grpo", "dr_grpo", "bnpo"] = "dapo"
+    use_vllm: bool = False
+    vllm_mode: Literal["colocate", "server"] = "colocate"
+    vllm_server_base_url: str | None = None
+    vllm_gpu_memory_utilization: float = 0.3
+    gradient_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         _positive_int(self.max_completion_tokens, "grpo.max_completion_tokens", 8)
         require(self.temperature > 0, f"grpo.temperature must be > 0; got {self.temperature}")
         require(0 < self.top_p <= 1, f"grpo.top_p must be in (0, 1]; got {self.top_p}")
         require(self.beta >= 0, f"grpo.beta must be >= 0; got {self.beta}")
+        require(
+            0 < self.vllm_gpu_memory_utilization <= 1,
+            f"grpo.vllm_gpu_memory_utilization must be in (0, 1]; got {self.vllm_gpu_memory_utilization}",
+        )
+        require(
+            self.vllm_server_base_url is None or (self.use_vllm and self.vllm_mode == "server"),
+            "grpo.vllm_server_base_url is used only with grpo.use_vllm=true and grpo.vllm_mode=server",
+        )
 
 
 def _default_corrector() -> CorrectorConfig:
@@ -205,9 +253,19 @@ class TrainConfig(TrainConfigBase):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        sched = self.corrector.scheduler
         if self.episode.turns > 1:
             require(
-                self.corrector.scheduler.active_share == 0,
-                "corrector.scheduler.active_share must be 0 with episode.turns > 1: anchors are chosen "
-                "before the rollout (their feedback differs), so they cannot depend on world-model scores",
+                sched.active_share == 0 and sched.rollout_share == 0,
+                "corrector.scheduler.active_share and .rollout_share must be 0 with episode.turns > 1: anchors are "
+                "chosen before the rollout (their feedback differs), so they cannot depend on world-model scores",
             )
+            require(
+                sched.repeat_share == 0,
+                "corrector.scheduler.repeat_share must be 0 with episode.turns > 1 (a trajectory's turns are not repeated)",
+            )
+        require(
+            sched.repeat_share == 0 or not self.sandbox.cache,
+            "corrector.scheduler.repeat_share > 0 re-executes scripts to measure execution noise, but the sandbox's "
+            "result cache would answer the repeats with the first result: set sandbox.cache=false",
+        )

@@ -6,6 +6,10 @@ those device nodes: bubblewrap binds them, Docker requests them, the plain subpr
 ``CUDA_VISIBLE_DEVICES``), and gives it back. So ``sandbox.workers=4 sandbox.gpus=[0,1,2,3]`` runs
 four solutions at once, one GPU each, and two executions never share a device. The agent is told
 (system prompt and overview: ``SandboxEnvironment.gpu``) how many GPUs its script sees.
+
+On a Ray pool the slots own their GPUs (``sandbox.ray.gpus_per_slot``: Ray assigns them to each
+worker); :class:`RequestGPU` makes every execution ask for one, and the worker's own ids replace
+the request (``wmrl.autoresearch.sandbox.ray_pool``).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["DeviceSlots", "device_groups", "missing_gpus", "visible_gpus"]
+__all__ = ["DeviceSlots", "RequestGPU", "device_groups", "missing_gpus", "visible_gpus"]
 
 
 def device_groups(gpus: Sequence[int], per_slot: int) -> list[tuple[int, ...]]:
@@ -89,4 +93,21 @@ class DeviceSlots:
             self._free.put(group)
 
     def __getattr__(self, name: str) -> Any:  # everything else is the backend's (close, capabilities, ...)
+        return getattr(self.sandbox, name)
+
+
+class RequestGPU:
+    """A sandbox whose every execution asks for a GPU (``Limits.gpu=True``): for a Ray pool, whose slots
+    replace the request with the GPUs Ray assigned them (a slot without one reports a harness error)."""
+
+    def __init__(self, sandbox: Any) -> None:
+        self.sandbox = sandbox
+        self.name = getattr(sandbox, "name", "sandbox")
+
+    def run(self, code: str, data_dir: Any, limits: Any = None, **kwargs: Any) -> Any:
+        from wmrl.autoresearch.sandbox import Limits
+
+        return self.sandbox.run(code, data_dir, dataclasses.replace(limits or Limits(), gpu=True), **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
         return getattr(self.sandbox, name)

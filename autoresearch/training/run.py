@@ -101,26 +101,41 @@ def build_grader(section):
     from wmrl.autoresearch.grading import ExecutionGrader
     from wmrl.autoresearch.sandbox import SandboxPool, backend_problems, make_sandbox
 
-    sandbox = make_sandbox(section.backend)
-    if getattr(sandbox, "problem", None):
-        working = [name for name, problem in backend_problems().items() if problem is None]
-        raise SandboxUnavailable(
-            f"sandbox backend {section.backend!r} cannot run here: {sandbox.problem}. Backends that can: "
-            f"{working} (choose one with sandbox.backend=NAME; 'subprocess' does NOT isolate the agent's code)"
-        )
-    if section.gpus:  # each concurrent execution on its own device group
-        from wmrl.autoresearch.training.devices import DeviceSlots, device_groups, missing_gpus, visible_gpus
+    cache = "memory" if section.cache else None
+    if section.pool == "ray":  # the backend runs on the Ray workers; they report what fails there
+        from wmrl.autoresearch.sandbox.ray_pool import make_ray_sandbox_pool
 
-        missing = missing_gpus(section.gpus)
-        if missing:
-            have = sorted(visible_gpus())
+        pool = make_ray_sandbox_pool(section.backend, section.ray, cache=cache)
+        if section.ray.gpus_per_slot > 0:  # every execution asks for a GPU; each slot runs it on its own
+            from wmrl.autoresearch.training.devices import RequestGPU
+
+            pool.sandbox = RequestGPU(pool.sandbox)
+    else:
+        sandbox = make_sandbox(section.backend)
+        if getattr(sandbox, "problem", None):
+            working = [name for name, problem in backend_problems().items() if problem is None]
             raise SandboxUnavailable(
-                f"sandbox.gpus asks for GPU(s) {missing} that this machine does not have (visible: "
-                f"{have or 'none, a CPU-only machine'}); give the agent's code no GPU with sandbox.gpus=[] "
-                "or list devices that exist"
+                f"sandbox backend {section.backend!r} cannot run here: {sandbox.problem}. Backends that can: "
+                f"{working} (choose one with sandbox.backend=NAME; 'subprocess' does NOT isolate the agent's code)"
             )
-        sandbox = DeviceSlots(sandbox, device_groups(section.gpus, section.gpus_per_slot))
-    pool = SandboxPool(sandbox, slots=section.workers, cache="memory" if section.cache else None)
+        if section.gpus:  # each concurrent execution on its own device group
+            from wmrl.autoresearch.training.devices import (
+                DeviceSlots,
+                device_groups,
+                missing_gpus,
+                visible_gpus,
+            )
+
+            missing = missing_gpus(section.gpus)
+            if missing:
+                have = sorted(visible_gpus())
+                raise SandboxUnavailable(
+                    f"sandbox.gpus asks for GPU(s) {missing} that this machine does not have (visible: "
+                    f"{have or 'none, a CPU-only machine'}); give the agent's code no GPU with sandbox.gpus=[] "
+                    "or list devices that exist"
+                )
+            sandbox = DeviceSlots(sandbox, device_groups(section.gpus, section.gpus_per_slot))
+        pool = SandboxPool(sandbox, slots=section.workers, cache=cache)
     return ExecutionGrader(
         sandbox=pool, time_limit_s=section.time_limit_s, memory_limit_mb=section.memory_limit_mb
     )
@@ -142,26 +157,65 @@ def build_world_model(config: TrainConfig, tasks_by_ref: dict[str, Any], device:
     """The world model: a frozen copy of ``world_model.backend.path`` (default: the agent's backbone)."""
     from wmrl.autoresearch.agent.environment import SandboxEnvironment
     from wmrl.autoresearch.agent.overview import OverviewConfig, from_task
-    from wmrl.autoresearch.llm import TransformersBackend, load_model
     from wmrl.autoresearch.training.warm import resolve_spec
     from wmrl.autoresearch.worldmodel import WorldModel
 
     section = config.world_model
     spec = resolve_spec(section.backend.path or config.model.path)
-    loaded = load_model(spec, dtype=config.model.dtype, device=device)
-    for parameter in loaded.model.parameters():
-        parameter.requires_grad_(False)
-    backend = TransformersBackend(
-        loaded.model, loaded.tokenizer, model_id=loaded.model_id, batch_size=section.backend.batch_size
-    )
+    backend, tokenizer = _world_model_backend(section.backend, spec, config.model.dtype, device)
     budget = OverviewConfig(max_tokens=section.overview_tokens)
 
     def overview(ref: str) -> str:
         task = tasks_by_ref[ref]
         env = SandboxEnvironment.from_task(task, libraries=AGENT_LIBRARIES, gpus=config.sandbox.gpu_count)
-        return from_task(task, environment=env, config=budget, tokens=loaded.tokenizer)
+        return from_task(task, environment=env, config=budget, tokens=tokenizer)
 
-    return WorldModel(backend, section, overview_fn=overview, tokens=loaded.tokenizer)
+    return WorldModel(backend, section, overview_fn=overview, tokens=tokenizer)
+
+
+def _world_model_backend(settings, spec: str, dtype: str, device: str):
+    """``(backend, tokenizer)`` of ``world_model.backend.kind``: the frozen model in process
+    (transformers), vLLM's offline engine, or OpenAI-compatible servers (``vllm serve`` per GPU)."""
+    from wmrl.autoresearch.llm import TransformersBackend, load_model, load_tokenizer
+
+    if settings.kind == "openai":  # the servers hold the model; only its tokenizer is loaded here
+        from wmrl.autoresearch.llm.endpoints import EndpointPool
+
+        pool = EndpointPool(
+            settings.endpoints,
+            timeout_s=settings.timeout_s,
+            max_retries=settings.retries,
+            concurrency=settings.concurrency,
+        )
+        return pool, load_tokenizer(spec)
+    if settings.kind == "vllm":
+        from wmrl.autoresearch.llm import VLLMBackend
+
+        return (
+            VLLMBackend(
+                spec, gpu_memory_utilization=settings.gpu_memory_utilization, dtype=_VLLM_DTYPES[dtype]
+            ),
+            load_tokenizer(spec),
+        )
+    loaded = load_model(spec, dtype=dtype, device=device)
+    for parameter in loaded.model.parameters():
+        parameter.requires_grad_(False)
+    backend = TransformersBackend(
+        loaded.model, loaded.tokenizer, model_id=loaded.model_id, batch_size=settings.batch_size
+    )
+    return backend, loaded.tokenizer
+
+
+_VLLM_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+
+
+def _pool_metrics(anchor):
+    """The real-execution pool's counters (``pool/*``: cache, and a Ray pool's workers, retries, losses)."""
+    if anchor is None:
+        return None
+    from wmrl.autoresearch.sandbox.ray_pool import pool_metrics
+
+    return lambda: pool_metrics(anchor.grader.sandbox)
 
 
 def _grpo_args(config: TrainConfig, out_dir: Path, device: str):
@@ -191,8 +245,32 @@ def _grpo_args(config: TrainConfig, out_dir: Path, device: str):
         # On a CPU: no bf16 and no gradient checkpointing (both make GRPO several times slower there).
         use_cpu=on_cpu,
         bf16=(not on_cpu) and config.model.dtype == "bfloat16",
-        gradient_checkpointing=False,
+        gradient_checkpointing=g.gradient_checkpointing and not on_cpu,
+        **_vllm_args(g, on_cpu),
     )
+
+
+def _vllm_args(g, on_cpu: bool) -> dict:
+    """TRL's vLLM settings from ``grpo.use_vllm`` (refused on a CPU: vLLM's wheel is CUDA-only)."""
+    from wmrl.core.config import ConfigError
+
+    if g.gradient_checkpointing and on_cpu:
+        raise ConfigError(
+            "grpo.gradient_checkpointing=true on a CPU makes GRPO several times slower; it is for GPUs "
+            "(model.device=cuda)"
+        )
+    if not g.use_vllm:
+        return {}
+    if on_cpu:
+        raise ConfigError("grpo.use_vllm=true needs a GPU (vLLM is CUDA-only): set model.device=cuda")
+    args = {
+        "use_vllm": True,
+        "vllm_mode": g.vllm_mode,
+        "vllm_gpu_memory_utilization": g.vllm_gpu_memory_utilization,
+    }
+    if g.vllm_server_base_url is not None:
+        args["vllm_server_base_url"] = g.vllm_server_base_url
+    return args
 
 
 def _peft_config(config: TrainConfig):
@@ -245,7 +323,7 @@ def run_training(
     from wmrl.autoresearch.llm import load_model
     from wmrl.autoresearch.training.data import build_prompt_rows, resolve_training_tasks
     from wmrl.autoresearch.training.episodes import episode_factory
-    from wmrl.autoresearch.training.streams import solution_items
+    from wmrl.autoresearch.training.streams import solution_items, solution_key
     from wmrl.core.completions import CompletionsTable
     from wmrl.core.config import ConfigError
     from wmrl.core.engines.trl import WMRLGRPOTrainer
@@ -339,6 +417,7 @@ def run_training(
             mode=config.mode,
             corrector=config.corrector,
             item_fn=solution_items(),
+            solution_key=solution_key,
             episodes=episode_factory(config.episode, policy.tokenizer) if multi_turn else None,
             turns=config.episode.turns,
             ledger=ledger,
@@ -347,6 +426,7 @@ def run_training(
             completions_to_print=config.logging.completions_to_print if config.logging.completions else 0,
             peft_config=_peft_config(config),
             callbacks=[run_log],
+            metrics_fn=_pool_metrics(anchor),
         )
         trainer.on_phase = run_log.set_phase
         # our own bar and log writer replace transformers' (which print every log dict to stdout)

@@ -278,14 +278,16 @@ def run_sft(
     from wmrl.autoresearch.training.corpus import build_corpus
     from wmrl.autoresearch.training.run import _device, _peft_config, build_grader
     from wmrl.core.engines.trl.callbacks import RunLogCallback
-    from wmrl.core.rundir import list_checkpoints, write_stage_marker
+    from wmrl.core.rundir import STAGE_FILE, list_checkpoints, write_stage_marker
     from wmrl.core.runlog import RunWriter, plot_run, read_metrics
 
     started = time.perf_counter()
     if isinstance(out_dir, RunDirectory):
         run_dir = out_dir
     else:
-        run_dir = RunDirectory(Path(out_dir), resume=resume, command="wmrl train autoresearch-sft")
+        run_dir = RunDirectory(
+            Path(out_dir), resume=resume, command="wmrl train autoresearch-sft", marker=STAGE_FILE
+        )
     out = run_dir.path
     if run_dir.checkpoint is not None and (out / "config.json").is_file():
         config.check_resume(json.loads((out / "config.json").read_text()))
@@ -418,7 +420,7 @@ def run_sft(
         loss_last=losses[-1] if losses else None,
         wall_s=wall,
     )
-    checkpoints = list_checkpoints(out)
+    checkpoints = list_checkpoints(out, STAGE_FILE)
     (out / "run_summary.json").write_text(
         json.dumps(
             {

@@ -10,6 +10,7 @@ in both streams. (The real grader would otherwise *run* an empty script and call
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,7 +20,7 @@ from wmrl.autoresearch.grading.ladder import RewardLadder
 from wmrl.autoresearch.tasks.model import Solution
 from wmrl.core.rollouts import Exact
 
-__all__ = ["ItemFn", "solution_items"]
+__all__ = ["ItemFn", "solution_items", "solution_key"]
 
 #: ``(completion text, dataset row) -> item or Exact``.
 ItemFn = Callable[[str, Mapping[str, Any]], Any]
@@ -43,3 +44,10 @@ def solution_items(task_column: str = "task_ref", ladder: RewardLadder | None = 
         return Solution(str(row[task_column]), action.code or "")
 
     return item
+
+
+def solution_key(item: Any) -> str | None:
+    """Which rollouts are the same solution: the task and the script's text, hashed (``None``: not a script)."""
+    if not isinstance(item, Solution):
+        return None
+    return hashlib.sha256(f"{item.task_id}\0{item.code}".encode()).hexdigest()[:16]

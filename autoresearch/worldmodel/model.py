@@ -62,16 +62,57 @@ class BackendConfig:
         path: model spec of the world model (``null``: a frozen copy of the policy's own backbone, as
             the paper does: no stronger model in the loop).
         batch_size: prompts per generation or scoring call.
+        kind: ``transformers`` (in process, any machine), ``vllm`` (vLLM's offline engine in process,
+            GPU) or ``openai`` (OpenAI-compatible servers, e.g. one ``vllm serve`` per GPU, at
+            ``endpoints``; ``status_probs`` scoring needs an in-process backend: use ``samples``).
+        endpoints: the servers' API roots (``http://host:8000/v1``) for ``kind: openai``; prompts go
+            to the least busy server, a failed one is retried on the next.
+        timeout_s: seconds one request may take (``openai``).
+        retries: extra tries of a failed request on the same server before the next one (``openai``).
+        concurrency: requests in flight per server (``openai``).
+        gpu_memory_utilization: share of the GPU the vLLM engine may take (``vllm``).
     """
 
     path: str | None = None
     batch_size: int = 4
+    kind: Literal["transformers", "vllm", "openai"] = "transformers"
+    endpoints: tuple[str, ...] = ()
+    timeout_s: float = 600.0
+    retries: int = 2
+    concurrency: int = 16
+    gpu_memory_utilization: float = 0.4
 
     def __post_init__(self) -> None:
         if self.path is not None and (not isinstance(self.path, str) or not self.path.strip()):
             raise ValueError("world_model.backend.path must be null or a model spec")
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ValueError(f"world_model.backend.batch_size must be an int >= 1; got {self.batch_size!r}")
+        if self.kind not in ("transformers", "vllm", "openai"):
+            raise ValueError(
+                f"world_model.backend.kind must be transformers, vllm or openai; got {self.kind!r}"
+            )
+        if self.kind == "openai":
+            if not self.endpoints or not all(
+                isinstance(e, str) and e.startswith(("http://", "https://")) for e in self.endpoints
+            ):
+                raise ValueError(
+                    "world_model.backend.kind=openai needs endpoints: http(s) URLs of the servers"
+                )
+        elif self.endpoints:
+            raise ValueError(f"world_model.backend.endpoints is for kind=openai; kind is {self.kind!r}")
+        if not (isinstance(self.timeout_s, (int, float)) and self.timeout_s > 0):
+            raise ValueError(f"world_model.backend.timeout_s must be > 0; got {self.timeout_s!r}")
+        for name in ("retries", "concurrency"):
+            value = getattr(self, name)
+            low = 0 if name == "retries" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"world_model.backend.{name} must be an int >= {low}; got {value!r}")
+        if not (
+            isinstance(self.gpu_memory_utilization, (int, float)) and 0 < self.gpu_memory_utilization <= 1
+        ):
+            raise ValueError(
+                f"world_model.backend.gpu_memory_utilization must be in (0, 1]; got {self.gpu_memory_utilization!r}"
+            )
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,26 @@ def register(root) -> None:
     syn.add_argument("--seed0", type=int, default=0, help="first seed")
     syn.add_argument("--exec-cost", type=float, default=5.0, help="cost units of one real execution")
     syn.add_argument("--sweep", action="store_true", help="also sweep world-model quality (bias x noise)")
+    syn.add_argument(
+        "--exec-noise",
+        choices=["none", "gaussian", "flaky", "bernoulli"],
+        default="none",
+        help="real execution's noise in the main run (default none: exact)",
+    )
+    syn.add_argument(
+        "--noise-sweep",
+        action="store_true",
+        help="also run the main arms under every kind of execution noise",
+    )
+    syn.add_argument(
+        "--arms", default=None, help="comma-separated arms to run (default all; real always runs)"
+    )
+    syn.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override the corrector config every arm starts from, e.g. fusion.bias_horizon=8 (repeatable)",
+    )
     syn.add_argument("--out", default="runs/bench-synthetic", help="output directory")
     over = root.subcommand("bench", "overhead", "corrector step time and debiaser refit time", _overhead)
     over.add_argument("--quick", action="store_true", help="fewer sizes and repeats")

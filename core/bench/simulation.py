@@ -8,7 +8,14 @@ The problem (documented for readers in ``docs/benchmarks.md``):
   ML script would: syntax error 0.0, runtime error 0.1, ran without a submission 0.2, or valid
   with quality ``q ~ Beta(2, 5)`` scoring ``0.5 + 0.5 q``. Most solutions fail; excellent ones are
   rare. Real execution returns the true reward (and is unknown, ``None``, with a small harness
-  failure rate).
+  failure rate), or a noisy draw around it (``exec_noise``):
+  - ``none``: exact;
+  - ``gaussian``: ``r + N(0, exec_sd²)`` (an ML script's score varies with its seed);
+  - ``flaky``: with probability ``flaky_rate`` the run fails (timeout, score 0);
+  - ``bernoulli``: a 0/1 outcome with success probability ``r`` (an episode in a stochastic environment).
+  The anchor declares its noise model when ``declare_noise`` (``flaky`` is never declared: a user
+  rarely knows their flakiness rate) and each rollout's solution (task, index) is passed as its
+  solution key when ``solution_keys``.
 * **World model (what the paper describes).**
   ``s = clip(h_t(r + b + ξ), 0, 1)`` where
   - ``b`` is a *persistent per-solution error* (the same every time that solution is graded):
@@ -34,15 +41,17 @@ every arm, so arms differ only in how they grade.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
 from wmrl.core.config import require
 from wmrl.core.corrector import Corrector, CorrectorConfig
+from wmrl.core.sources import NoiseModel
 
-__all__ = ["ARMS", "ArmResult", "Landscape", "SimConfig", "run_arm"]
+__all__ = ["ARMS", "EXEC_NOISE", "ArmResult", "Landscape", "SimConfig", "run_arm"]
 
-# arm name -> corrector preset. ``wmrl`` is the default configuration (fusion mode ``mse``).
+# arm name -> corrector preset. ``wmrl`` is the default configuration.
 ARMS: dict[str, str] = {
     "real": "real",
     "world_model": "world_model",
@@ -50,11 +59,21 @@ ARMS: dict[str, str] = {
     "debias_only": "debias_only",
     "fusion_only": "fusion_only",
     "uncorrected_mix": "uncorrected_mix",
+    "wmrl_previous": "wmrl_previous",
     "wmrl_paper_weight": "wmrl_paper_weight",
     "wmrl_inverse_variance": "wmrl_inverse_variance",
+    "wmrl_measured": "wmrl_measured",
+    "wmrl_undeclared": "wmrl",
+    "wmrl_repeats": "wmrl_repeats",
+    "wmrl_rollout": "wmrl_rollout",
     "wmrl_adaptive_budget": "wmrl_adaptive_budget",
     "wmrl_active": "wmrl_active",
 }
+# Arms that run their preset without the noise declaration the simulated anchor could give.
+_UNDECLARED = {"wmrl_undeclared", "wmrl_repeats"}
+
+ExecNoise = Literal["none", "gaussian", "flaky", "bernoulli"]
+EXEC_NOISE: tuple[str, ...] = ("none", "gaussian", "flaky", "bernoulli")
 
 
 @dataclass(frozen=True)
@@ -78,6 +97,12 @@ class SimConfig:
     drift: float = 1.0
     wm_unknown: float = 0.03
     real_unknown: float = 0.01
+    # real execution's noise (see the module docstring)
+    exec_noise: ExecNoise = "none"
+    exec_sd: float = 0.1
+    flaky_rate: float = 0.1
+    declare_noise: bool = True
+    solution_keys: bool = True
     # costs
     base_cost: float = 1.0
     wm_cost: float = 0.1
@@ -105,6 +130,30 @@ class SimConfig:
         ):
             require(getattr(self, name) >= 0, f"{name} must be >= 0")
         require(self.confusion_rate * self.bias_strength <= 1, "confusion_rate * bias_strength must be <= 1")
+        require(
+            self.exec_noise in EXEC_NOISE, f"exec_noise must be one of {EXEC_NOISE}; got {self.exec_noise!r}"
+        )
+        require(self.exec_sd >= 0 and 0 <= self.flaky_rate < 1, "need exec_sd >= 0 and 0 <= flaky_rate < 1")
+
+    def declared_noise(self) -> NoiseModel | None:
+        """What the simulated anchor declares about its noise (``None``: nothing)."""
+        if not self.declare_noise or self.exec_noise == "flaky":
+            return None
+        if self.exec_noise == "gaussian":
+            return NoiseModel.gaussian(self.exec_sd**2)
+        if self.exec_noise == "bernoulli":
+            return NoiseModel.bernoulli()
+        return NoiseModel.deterministic()
+
+    def execute(self, rng: np.random.Generator, true: np.ndarray) -> np.ndarray:
+        """One real execution of every rollout: a draw of the observed score around ``true``."""
+        if self.exec_noise == "gaussian":
+            return true + rng.normal(0.0, self.exec_sd, true.shape)
+        if self.exec_noise == "flaky":
+            return np.where(rng.random(true.shape) < self.flaky_rate, 0.0, true)
+        if self.exec_noise == "bernoulli":
+            return (rng.random(true.shape) < true).astype(float)
+        return true.copy()
 
 
 class Landscape:
@@ -170,6 +219,8 @@ def run_arm(cfg: SimConfig, arm: str, seed: int, keep_metrics: bool = False) -> 
     rng = np.random.default_rng([seed, 0xA11, 7])
     corrector = Corrector(CorrectorConfig.preset(ARMS[arm], cfg.corrector, seed=seed))
     uses_wm = arm != "real"
+    declared = None if arm in _UNDECLARED else cfg.declared_noise()
+    with_keys = cfg.solution_keys
     logits = np.zeros((cfg.n_tasks, cfg.n_solutions))
     start = land.true_value(logits)
     top = float(land.best.mean())
@@ -189,12 +240,23 @@ def run_arm(cfg: SimConfig, arm: str, seed: int, keep_metrics: bool = False) -> 
         noisy = true + land.bias[tasks[:, None], picks] + rng.normal(0.0, cfg.noise, true.shape)
         wm = np.clip(land.distort(noisy, tasks, progress), 0.0, 1.0)
         wm[rng.random(wm.shape) < cfg.wm_unknown] = np.nan
-        real_all = np.where(rng.random(true.shape) < cfg.real_unknown, np.nan, true)
+        observed = cfg.execute(rng, true)
+        real_all = np.where(rng.random(true.shape) < cfg.real_unknown, np.nan, observed)
         keys = [f"{step}:{i}" for i in range(len(tasks))]
         task_keys = [f"t{t}" for t in tasks]
-        plan = corrector.plan(keys, task_keys, wm)
-        real = np.where(plan.anchor[:, None], real_all, np.nan)
-        out = corrector.correct(plan, wm, real)
+        solutions = None
+        if with_keys:
+            solutions = [
+                [f"{t}:{k}" for k in row] for t, row in zip(tasks.tolist(), picks.tolist(), strict=True)
+            ]
+        plan = corrector.plan(keys, task_keys, wm, solution_keys=solutions)
+        real = np.where(plan.execute, real_all, np.nan)
+        again = None
+        if plan.repeat.any():
+            again = np.where(plan.repeat, cfg.execute(rng, true), np.nan)
+        out = corrector.correct(
+            plan, wm, real, anchor_repeats=again, anchor_noise=declared, solution_keys=solutions
+        )
         adv = np.nan_to_num(out.advantages, nan=0.0)
         # ∇ log π(k) = e_k − π ; mean over all rollouts of the batch (as a token-mean loss would).
         onehot = np.zeros((len(tasks), G, cfg.n_solutions))
@@ -205,7 +267,7 @@ def run_arm(cfg: SimConfig, arm: str, seed: int, keep_metrics: bool = False) -> 
         n_roll = len(tasks) * G
         rollouts.append(n_roll)
         wm_calls.append(n_roll if uses_wm else 0)
-        executions.append(int(plan.anchor.sum()) * G)
+        executions.append(int(plan.execute.sum() + plan.repeat.sum()))
         if keep_metrics:
             metrics.append(out.metrics)
     return ArmResult(

@@ -12,6 +12,10 @@ Definitions:
   arm's final true reward; ``None`` if it never does.
 * ``compute_ratio_vs_real``: ``real`` arm's total cost / this arm's total cost (the paper's
   headline unit: the same training run, costed).
+* ``reward_ratio_vs_real``: this arm's final true reward / ``real``'s.
+
+``--noise-sweep`` repeats a set of arms under every kind of execution noise (``none``, ``gaussian``,
+``flaky``, ``bernoulli``; see ``simulation.py``) and writes ``noise_sweep`` into the JSON.
 """
 
 from __future__ import annotations
@@ -27,13 +31,24 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from wmrl.core.bench.simulation import ARMS, ArmResult, SimConfig, run_arm
-from wmrl.core.config import to_dict
+from wmrl.core.bench.simulation import ARMS, EXEC_NOISE, ArmResult, SimConfig, run_arm
+from wmrl.core.config import ConfigError, apply_overrides, from_dict, to_dict
+from wmrl.core.corrector import CorrectorConfig
 
 SENSITIVITY_EXEC_COSTS = (2.0, 5.0, 20.0)
 SWEEP_BIAS = (0.5, 1.0, 2.0)
 SWEEP_NOISE = (0.05, 0.15, 0.3)
 SWEEP_FRACTIONS = (0.05, 0.1, 0.2, 0.3)
+NOISE_SWEEP_ARMS = (
+    "real",
+    "wmrl",
+    "wmrl_previous",
+    "wmrl_undeclared",
+    "wmrl_repeats",
+    "wmrl_rollout",
+    "debias_only",
+    "fusion_only",
+)
 
 
 def ci95(values: np.ndarray) -> float:
@@ -67,6 +82,7 @@ def summarise(
             "cost": float(costs[-1]),
             "cost_to_target": float(costs[reached[0]]) if reached.size else None,
             "compute_ratio_vs_real": real_cost / float(costs[-1]) if real_cost and costs[-1] > 0 else None,
+            "reward_ratio_vs_real": float(finals.mean()) / real_final if real_final else None,
             "realised_anchor_fraction": float(
                 np.mean([r.executions.sum() / r.rollouts.sum() for r in results])
             ),
@@ -162,6 +178,53 @@ def sweep(cfg: SimConfig, seeds: list[int], progress: bool = True) -> dict[str, 
     if progress:
         print(file=sys.stderr)
     return {"bias_levels": list(SWEEP_BIAS), "noise_levels": list(SWEEP_NOISE), "cells": cells}
+
+
+def noise_sweep(
+    cfg: SimConfig, seeds: list[int], progress: bool = True, arms: tuple[str, ...] = NOISE_SWEEP_ARMS
+) -> dict[str, Any]:
+    """``arms`` (default :data:`NOISE_SWEEP_ARMS`) under every kind of execution noise (same seeds)."""
+    out: dict[str, Any] = {}
+    for kind in EXEC_NOISE:
+        kind_cfg = replace(cfg, exec_noise=kind)
+        runs = run_arms(kind_cfg, list(arms), seeds, progress=False)
+        summary = summarise(kind_cfg, runs, cfg.exec_cost)
+        out[kind] = {
+            arm: {
+                k: summary[arm][k]
+                for k in (
+                    "final_true_reward",
+                    "final_true_reward_ci95",
+                    "final_true_reward_per_seed",
+                    "reward_ratio_vs_real",
+                    "compute_ratio_vs_real",
+                    "mean_anchor_weight",
+                    "mean_anchor_share",
+                )
+            }
+            for arm in arms
+        }
+        if progress:
+            print(f"\r  noise sweep: {kind} done".ljust(60), end="", file=sys.stderr, flush=True)
+    if progress:
+        print(file=sys.stderr)
+    return out
+
+
+def format_noise_sweep(result: dict[str, Any]) -> str:
+    kinds = list(result)
+    lines = [f"{'arm':<18}" + "".join(f"{k:>22}" for k in kinds)]
+    for arm in result[kinds[0]]:
+        cells = [result[k][arm] for k in kinds]
+        lines.append(
+            f"{arm:<18}"
+            + "".join(
+                f"{c['final_true_reward']:>10.3f} ± {c['final_true_reward_ci95']:.3f} "
+                + ("(-)" if c["reward_ratio_vs_real"] is None else f"({c['reward_ratio_vs_real']:.2f})")
+                for c in cells
+            )
+        )
+    return "\n".join(lines)
 
 
 def fraction_sweep(cfg: SimConfig, seeds: list[int]) -> list[dict[str, Any]]:
@@ -283,7 +346,19 @@ def run_from_cli(args: argparse.Namespace) -> int:
     if seeds_n < 1:
         print("--seeds must be >= 1", file=sys.stderr)
         return 2
-    cfg = SimConfig(exec_cost=args.exec_cost)
+    arms = list(ARMS) if not args.arms else [a.strip() for a in args.arms.split(",") if a.strip()]
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown:
+        print(f"unknown arms {unknown}; known: {sorted(ARMS)}", file=sys.stderr)
+        return 2
+    if "real" not in arms:
+        arms.insert(0, "real")  # every ratio is against it
+    try:
+        corrector = from_dict(CorrectorConfig, apply_overrides(to_dict(CorrectorConfig()), args.set or []))
+    except ConfigError as err:
+        print(f"--set: {err}", file=sys.stderr)
+        return 2
+    cfg = SimConfig(exec_cost=args.exec_cost, exec_noise=args.exec_noise, corrector=corrector)
     if args.quick:
         cfg = replace(cfg, steps=150, n_tasks=16, groups_per_step=12)
     seeds = list(range(args.seed0, args.seed0 + seeds_n))
@@ -291,10 +366,10 @@ def run_from_cli(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     print(
-        f"wmrl bench synthetic: {len(ARMS)} arms x {len(seeds)} seeds, {cfg.steps} steps each",
+        f"wmrl bench synthetic: {len(arms)} arms x {len(seeds)} seeds, {cfg.steps} steps each",
         file=sys.stderr,
     )
-    runs = run_arms(cfg, list(ARMS), seeds)
+    runs = run_arms(cfg, arms, seeds)
     summary = summarise(cfg, runs, cfg.exec_cost)
     sensitivity = {
         f"{c:g}": {
@@ -306,7 +381,7 @@ def run_from_cli(args: argparse.Namespace) -> int:
     print(format_table(summary, cfg.exec_cost))
     print("\nSensitivity of the compute ratio (real cost / arm cost) to the cost of one real execution:")
     print(f"{'arm':<20} " + " ".join(f"{'exec=' + k:>10}" for k in sensitivity))
-    for arm in ARMS:
+    for arm in arms:
         cells = [sensitivity[k][arm]["compute_ratio_vs_real"] for k in sensitivity]
         print(f"{arm:<20} " + " ".join(f"{c:>9.2f}x" if c else f"{'-':>10}" for c in cells))
     result: dict[str, Any] = {
@@ -351,6 +426,11 @@ def run_from_cli(args: argparse.Namespace) -> int:
                 f"{row['anchor_fraction']:>9.2f} {row['final_true_reward']:>8.3f} ± {row['final_true_reward_ci95']:<5.3f} "
                 f"{row['reward_ratio_vs_real']:>8.3f} {row['compute_ratio_vs_real']:>13.2f}x"
             )
+    if args.noise_sweep:
+        sweep_arms = NOISE_SWEEP_ARMS if not args.arms else tuple(arms)
+        result["noise_sweep"] = noise_sweep(cfg, seeds, arms=sweep_arms)
+        print("\nExecution noise (final true reward ± 95% CI, (ratio to real)), same seeds:")
+        print(format_noise_sweep(result["noise_sweep"]))
     result["wall_s"] = time.perf_counter() - started
     (out / "results.json").write_text(json.dumps(result, indent=2))
     print(f"\nwrote {out / 'results.json'} and plots in {out} ({result['wall_s']:.0f} s)")

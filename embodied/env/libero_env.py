@@ -49,7 +49,7 @@ __all__ = ["NOOP_ACTION", "LiberoEnv", "quat_to_axis_angle"]
 NOOP_ACTION = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0])
 """Hold still with the gripper open: the settle-step action."""
 
-_RESET_OPTIONS = frozenset({"init_state", "task_id"})
+_RESET_OPTIONS = frozenset({"init_state", "task_id", "state"})
 _CONTROL_FREQ = 20
 
 
@@ -121,6 +121,12 @@ class LiberoEnv(gym.Env):
         """Policy steps before truncation."""
         return self.config.episode_max_steps
 
+    def sim_state(self) -> np.ndarray:
+        """The flattened MuJoCo state now (``float64 (D,)``): what LIBERO's demonstration files store."""
+        if self._sim is None:
+            raise RuntimeError("call reset() first")
+        return np.asarray(self._sim.get_sim_state(), dtype=np.float64).copy()
+
     @property
     def libero_env(self):
         """The underlying LIBERO ``ControlEnv`` (``None`` before the first reset). For tests and diagnostics."""
@@ -136,7 +142,8 @@ class LiberoEnv(gym.Env):
             seed: seeds robosuite's placement generator and ``self.np_random``. With a fixed
                 initial state the episode does not depend on it (the state overwrites everything
                 the generator placed); it is recorded in ``info["seed"]``.
-            options: ``{"init_state": k}`` (default 0) and optionally ``{"task_id": t}``.
+            options: ``{"init_state": k}`` (default 0) or ``{"state": flattened MuJoCo state}`` (a
+                demonstration's first state), and optionally ``{"task_id": t}``.
 
         Returns:
             ``(observation, info)`` after the settle steps.
@@ -149,10 +156,27 @@ class LiberoEnv(gym.Env):
         if "task_id" in options and options["task_id"] != self._task.task_id:
             self._task = get_task(self.config.suite, options["task_id"])
         states = load_init_states(self._task)
-        k = options.get("init_state", 0)
-        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or not 0 <= int(k) < states.shape[0]:
-            raise ValueError(f"init_state must be an integer in [0, {states.shape[0] - 1}]; got {k!r}")
-        k = int(k)
+        if "state" in options:
+            # an arbitrary flattened MuJoCo state (a demonstration's first state), not a fixed initial state
+            if "init_state" in options:
+                raise ValueError("give reset option 'init_state' or 'state', not both")
+            start = np.asarray(options["state"], dtype=np.float64)
+            if start.shape != states.shape[1:]:
+                raise ValueError(
+                    f"state must be a flattened MuJoCo state of shape {states.shape[1:]} for "
+                    f"{self._task.name}; got {start.shape}"
+                )
+            k = None
+        else:
+            k = options.get("init_state", 0)
+            if (
+                not isinstance(k, (int, np.integer))
+                or isinstance(k, bool)
+                or not 0 <= int(k) < states.shape[0]
+            ):
+                raise ValueError(f"init_state must be an integer in [0, {states.shape[0] - 1}]; got {k!r}")
+            k = int(k)
+            start = states[k]
         if self._sim is None or self._sim_task_id != self._task.task_id:
             self._build_sim()
         sim = self._sim
@@ -165,7 +189,7 @@ class LiberoEnv(gym.Env):
         # episode is unchanged; a reset costs one render instead of twelve.
         self._set_cameras_enabled(False)
         try:
-            sim.set_init_state(states[k])
+            sim.set_init_state(start)
             for _ in range(self.config.settle_steps):
                 sim.step(NOOP_ACTION)
         finally:

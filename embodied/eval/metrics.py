@@ -14,8 +14,9 @@ evaluated cell has ``None`` metrics (unknown), never 0.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 from wmrl.embodied.env.splits import SPLITS, split_of
@@ -23,10 +24,13 @@ from wmrl.embodied.env.splits import SPLITS, split_of
 __all__ = [
     "EpisodeOutcome",
     "SuccessMetrics",
+    "across_seeds",
     "group_cells",
     "metrics_by_split",
     "per_task_metrics",
     "summarize",
+    "t_interval",
+    "wilson_interval",
 ]
 
 
@@ -144,3 +148,68 @@ def per_task_metrics(outcomes: Iterable[EpisodeOutcome]) -> dict[int, dict[str, 
     for o in outcomes:
         by_task[o.task_id].append(o)
     return {task: metrics_by_split(by_task[task]) for task in sorted(by_task)}
+
+
+# -- several seeds -----------------------------------------------------------------------------------
+
+# Two-sided 95% quantiles of Student's t by degrees of freedom (standard table values); above 30
+# degrees of freedom the normal quantile 1.96 is used. A table, so the embodied extra needs no scipy.
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+_T975.update({10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110})
+_T975.update({18: 2.101, 19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060})
+_T975.update({26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045, 30: 2.042})
+
+
+def t_interval(values: Sequence[float]) -> tuple[float, float] | None:
+    """95% confidence interval of the mean of ``values`` (Student's t); ``None`` for fewer than 2."""
+    n = len(values)
+    if n < 2:
+        return None
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = _T975.get(n - 1, 1.96) * sd / math.sqrt(n)
+    return (mean - half, mean + half)
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
+    """Wilson score 95% interval of a success rate from ``successes`` of ``n`` episodes (``None`` if n = 0)."""
+    if n <= 0:
+        return None
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def across_seeds(per_seed: Sequence[SuccessMetrics]) -> dict:
+    """Mean over seeds of each rate, with a 95% t-interval across seeds and a Wilson interval of ``avg``.
+
+    Each element is one seed's :class:`SuccessMetrics` over the same cells. The interval across seeds
+    measures seed-to-seed variation (it is ``None`` with one seed: unknown, not zero); the Wilson
+    interval treats every episode of every seed as one Bernoulli trial.
+    """
+    if not per_seed:
+        raise ValueError("no seeds to summarise")
+    first = per_seed[0]
+    out: dict = {
+        "n_tasks": first.n_tasks,
+        "n_states": first.n_states,
+        "n_episodes": sum(m.n_episodes for m in per_seed),
+        "k": first.k,
+        "n_seeds": len(per_seed),
+    }
+    for name in ("avg", "best_at_k", "all_at_k"):
+        values = [getattr(m, name) for m in per_seed]
+        if any(v is None for v in values):
+            out[name] = None
+            out[f"{name}_ci95"] = None
+            continue
+        out[name] = sum(values) / len(values)
+        ci = t_interval(values)
+        out[f"{name}_ci95"] = None if ci is None else [ci[0], ci[1]]
+    n = out["n_episodes"]
+    wins = round(sum((m.avg or 0.0) * m.n_episodes for m in per_seed))
+    wi = wilson_interval(wins, n) if n else None
+    out["avg_wilson95"] = None if wi is None else [wi[0], wi[1]]
+    return out

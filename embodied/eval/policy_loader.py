@@ -27,6 +27,8 @@ POLICY_FILE = "policy.json"
 
 POLICY_TYPES: dict[str, str | Callable[..., Any]] = {
     "random": "wmrl.embodied.policy.random_policy:load_random_policy",
+    # a MiniVLAPolicy.save folder or a Prismatic/openvla-mini run directory
+    "minivla": "wmrl.embodied.policy.minivla_policy:load_minivla",
 }
 
 _SPEC_KEYS = frozenset({"type", "factory", "kwargs"})

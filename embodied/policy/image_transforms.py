@@ -29,6 +29,7 @@ __all__ = [
     "SIGLIP_STD",
     "DinoSigLIPTransform",
     "center_crop_resize",
+    "jpeg_round_trip",
 ]
 
 # timm data configs: IMAGENET_DEFAULT_{MEAN,STD} for DINOv2, IMAGENET_INCEPTION_{MEAN,STD} for SigLIP.
@@ -45,6 +46,21 @@ def _check_frame(frame: np.ndarray) -> np.ndarray:
     if arr.dtype != np.uint8:
         raise ValueError(f"expected a uint8 frame, got {arr.dtype}")
     return arr
+
+
+def jpeg_round_trip(frame: np.ndarray, quality: int = 95) -> np.ndarray:
+    """Encode ``uint8 (H, W, 3)`` as JPEG at ``quality`` and decode it again (same shape and dtype).
+
+    OpenVLA's RLDS training images were stored as JPEG, so its LIBERO worker passes every observation
+    through this round trip before the policy sees it (``tf.image.encode_jpeg``, quality 95); we use
+    libjpeg through PIL with 4:2:0 chroma subsampling, TensorFlow's default too.
+    """
+    import io
+
+    buf = io.BytesIO()
+    Image.fromarray(_check_frame(frame)).save(buf, format="JPEG", quality=int(quality), subsampling="4:2:0")
+    buf.seek(0)
+    return np.asarray(Image.open(buf).convert("RGB"), dtype=np.uint8)
 
 
 def center_crop_resize(image: Image.Image, crop_scale: float = 0.9) -> Image.Image:

@@ -32,7 +32,7 @@ import torch
 from wmrl.core.config import require
 from wmrl.embodied.policy.action_tokenizer import ActionNormalizer, ActionTokenizer, gripper_to_libero
 from wmrl.embodied.policy.base import ActionStep
-from wmrl.embodied.policy.image_transforms import DinoSigLIPTransform
+from wmrl.embodied.policy.image_transforms import DinoSigLIPTransform, jpeg_round_trip
 from wmrl.embodied.policy.minivla import MiniVLA, MiniVLAConfig
 from wmrl.embodied.policy.prismatic_checkpoint import (
     load_checkpoint_groups,
@@ -44,7 +44,7 @@ from wmrl.embodied.policy.prismatic_checkpoint import (
 )
 from wmrl.embodied.policy.tokenizer import add_extra_tokens, load_tokenizer
 
-__all__ = ["LORA_TARGETS", "MiniVLAPolicy", "MiniVLAPolicyConfig", "load_saved_policy"]
+__all__ = ["LORA_TARGETS", "MiniVLAPolicy", "MiniVLAPolicyConfig", "load_minivla", "load_saved_policy"]
 
 META_FILE = "minivla.json"
 META_FORMAT = "wmrl-minivla-policy/1"
@@ -65,9 +65,20 @@ class MiniVLAPolicyConfig:
         center_crop: openvla-mini's 0.9-area test-time centre crop (for image-augmented checkpoints).
         pre_resize: Lanczos-resize frames to the backbone size first (openvla-mini's ``get_libero_image``).
         gripper: ``"libero"`` (0/1 open/close -> -1 open / +1 close) or ``"raw"`` (no conversion).
-        device, dtype: where and in which precision the network runs (``float32`` on CPU: bf16 is slow there).
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (CUDA when available, else CPU).
+        dtype: ``float32``, ``bfloat16``, ``float16`` or ``"auto"`` (bfloat16 on CUDA, as upstream's
+            eval; float32 on CPU, where bf16 is pathologically slow).
         seed: seed of the sampling generator (None: nondeterministic).
         system_prompt: the Qwen system turn Prismatic's prompt builder inserts.
+        orientation: the image orientation the policy was trained on (``upright``, ``rotate180``,
+            ``raw``; see ``wmrl.embodied.env.images``). Recorded in every saved policy; evaluation
+            renders in it and refuses another unless told to.
+        render_size: the square camera render side (pixels) of the training images, ``None`` when
+            unknown. Upstream renders LIBERO at 224 directly; resizing a 256 px render to 224 is not
+            the same pixels, so evaluation renders at this size and refuses another unless told to.
+        jpeg_quality: JPEG-encode and decode every frame at this quality before preprocessing (the
+            official worker's round trip, matching RLDS's JPEG-stored training images; OpenVLA uses
+            95), ``None`` for none. Applied identically in training and acting.
     """
 
     image_key: str = "agentview_image"
@@ -81,12 +92,55 @@ class MiniVLAPolicyConfig:
     dtype: str = "float32"
     seed: int | None = 0
     system_prompt: str = QWEN_SYSTEM_PROMPT
+    orientation: str = "upright"
+    render_size: int | None = None
+    jpeg_quality: int | None = None
 
     def __post_init__(self) -> None:
+        from wmrl.embodied.env.images import ORIENTATIONS
+
         require(self.temperature >= 0, f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
         require(self.gripper in ("libero", "raw"), f"gripper must be 'libero' or 'raw', got {self.gripper!r}")
-        require(self.dtype in _DTYPES, f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
+        require(
+            self.dtype in (*_DTYPES, "auto"), f"dtype must be one of {[*_DTYPES, 'auto']}, got {self.dtype!r}"
+        )
+        require(
+            self.device == "auto" or self.device == "cpu" or self.device.startswith(("cuda", "mps")),
+            f"device must be cpu, cuda, cuda:N, mps or auto; got {self.device!r}",
+        )
         require(bool(self.image_key), "image_key must be a non-empty observation key")
+        require(
+            self.orientation in ORIENTATIONS,
+            f"orientation must be one of {', '.join(ORIENTATIONS)}; got {self.orientation!r}",
+        )
+        require(
+            self.render_size is None or (isinstance(self.render_size, int) and self.render_size >= 8),
+            f"render_size must be an integer >= 8 or None; got {self.render_size!r}",
+        )
+        require(
+            self.jpeg_quality is None
+            or (isinstance(self.jpeg_quality, int) and 1 <= self.jpeg_quality <= 100),
+            f"jpeg_quality must be an integer in [1, 100] or None; got {self.jpeg_quality!r}",
+        )
+
+    def resolved(self) -> MiniVLAPolicyConfig:
+        """``device``/``dtype`` ``"auto"`` made concrete for this machine (CUDA + bfloat16 when available)."""
+        device = self.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        dtype = self.dtype
+        if dtype == "auto":
+            dtype = "bfloat16" if device.startswith("cuda") else "float32"
+        return replace(self, device=device, dtype=dtype)
+
+    def observation_contract(self) -> dict[str, Any]:
+        """What the policy expects its images to be (evaluation and training check against it)."""
+        return {
+            "camera": self.image_key.removesuffix("_image"),
+            "orientation": self.orientation,
+            "render_size": self.render_size,
+            "jpeg_quality": self.jpeg_quality,
+        }
 
     @property
     def logprob_temperature(self) -> float:
@@ -114,7 +168,7 @@ class MiniVLAPolicy:
         dataset_statistics: Mapping[str, Any],
         config: MiniVLAPolicyConfig | None = None,
     ) -> None:
-        self.config = config or MiniVLAPolicyConfig()
+        self.config = (config or MiniVLAPolicyConfig()).resolved()
         self.tokenizer = add_extra_tokens(tokenizer, model.config.n_bins)
         vocab_len = len(self.tokenizer)
         rows = int(model.config.llm["vocab_size"])
@@ -245,6 +299,8 @@ class MiniVLAPolicy:
                     "(set MiniVLAPolicyConfig.image_key)"
                 )
             frames.append(obs[self.config.image_key])
+        if self.config.jpeg_quality is not None:
+            frames = [jpeg_round_trip(f, self.config.jpeg_quality) for f in frames]
         batch = self.transform.batch(frames)
         dtype = _DTYPES[self.config.dtype]
         return {k: v.to(self.device, dtype) for k, v in batch.items()}
@@ -276,6 +332,8 @@ class MiniVLAPolicy:
             ids = tokens[row].cpu().numpy()
             action, info = self.tokens_to_action(ids)
             info["token_log_probs"] = logps[row].cpu().numpy()
+            lo, hi = self.action_tokenizer.token_range
+            info["non_action_tokens"] = int(((ids < lo) | (ids > hi)).sum())
             steps.append(
                 ActionStep(action=action, token_ids=ids, log_prob=float(logps[row].sum()), info=info)
             )
@@ -347,6 +405,23 @@ class MiniVLAPolicy:
         token_ids: np.ndarray | torch.Tensor,
     ) -> torch.Tensor:
         """Teacher-forced per-token log-probs ``(B, action_dim)``, differentiable (see the module docstring)."""
+        logits, local = self.action_logits(observations, instructions, token_ids)
+        logp = torch.log_softmax(logits / self.config.logprob_temperature, dim=-1)
+        return logp.gather(-1, local[..., None]).squeeze(-1)
+
+    def action_logits(
+        self,
+        observations: Sequence[Mapping[str, np.ndarray]],
+        instructions: Sequence[str],
+        token_ids: np.ndarray | torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher-forced logits of the action positions, differentiable.
+
+        Returns:
+            ``(logits, targets)``: ``float32 (B, action_dim, S)`` over the support ``S`` (the 256 action
+            tokens with ``constrain_to_actions``, else the full vocabulary) and the ``int64 (B,
+            action_dim)`` indices of ``token_ids`` in that support (behaviour cloning's targets).
+        """
         ids = torch.as_tensor(np.asarray(token_ids) if not torch.is_tensor(token_ids) else token_ids)
         ids = ids.to(self.device, torch.long)
         a = self.model.config.action_dim
@@ -364,9 +439,7 @@ class MiniVLAPolicy:
         patches = model.embed_images(self.pixel_values(observations))
         inputs = model.assemble(patches, [self.prompt_ids(i) for i in instructions], suffix_ids=ids[:, :-1])
         hidden = model.hidden_states(inputs)[:, -a:]
-        logits = model.logits(hidden, support).float()
-        logp = torch.log_softmax(logits / self.config.logprob_temperature, dim=-1)
-        return logp.gather(-1, (ids - offset)[..., None]).squeeze(-1)
+        return model.logits(hidden, support).float(), ids - offset
 
     def set_trainable(self, vision: bool = False, projector: bool = True, llm: bool = True) -> None:
         """Choose what full fine-tuning updates (ignored for the LLM once LoRA is applied)."""
@@ -457,13 +530,14 @@ class MiniVLAPolicy:
         meta = {
             "format": META_FORMAT,
             "model": self.model.config.to_json(),
-            "policy": asdict(self.config),
+            # device and dtype are the loading machine's business: "auto" picks CUDA + bfloat16 there
+            "policy": {**asdict(self.config), "device": "auto", "dtype": "auto"},
             "lora": None
             if self._lora is None
             else {k: v for k, v in asdict(self._lora).items() if k != "merged"},
         }
         (path / META_FILE).write_text(json.dumps(meta, indent=2))
-        loader = {"type": "minivla", "factory": f"{__name__}:load_saved_policy", "kwargs": {}}
+        loader = {"type": "minivla", "kwargs": {}}  # wmrl.embodied.eval.policy_loader.POLICY_TYPES
         (path / "policy.json").write_text(json.dumps(loader, indent=2))
 
     @classmethod
@@ -509,13 +583,33 @@ class MiniVLAPolicy:
         if unexpected:
             raise ValueError(f"adapter keys do not match this policy's LoRA layers: {unexpected[:10]}")
 
+    def set_dataset_statistics(self, statistics: Mapping[str, Any], unnorm_key: str) -> None:
+        """Replace the action statistics (fine-tuning on another dataset) and un-normalise with ``unnorm_key``."""
+        normalizer = ActionNormalizer.from_statistics(statistics, unnorm_key)
+        if normalizer.action_dim != self.model.config.action_dim:
+            raise ValueError(
+                f"statistics have {normalizer.action_dim} action dims, the model writes {self.model.config.action_dim}"
+            )
+        self.dataset_statistics = dict(statistics)
+        self.normalizer = normalizer
+        self.config = replace(self.config, unnorm_key=unnorm_key)
+
     def with_config(self, **changes: Any) -> MiniVLAPolicy:
         """A policy sharing this network with some acting settings changed (e.g. ``temperature=0`` for eval)."""
         other = MiniVLAPolicy.__new__(MiniVLAPolicy)
         other.__dict__.update(self.__dict__)
-        other.config = replace(self.config, **changes)
+        other.config = replace(self.config, **changes).resolved()
         other._prompt_cache = {}
+        if "unnorm_key" in changes:
+            other.normalizer = ActionNormalizer.from_statistics(
+                self.dataset_statistics, other.config.unnorm_key
+            )
         return other
+
+    @property
+    def observation_contract(self) -> dict[str, Any]:
+        """See :meth:`MiniVLAPolicyConfig.observation_contract`."""
+        return self.config.observation_contract()
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
@@ -534,11 +628,43 @@ def load_saved_policy(folder: str | Path, **overrides: Any) -> MiniVLAPolicy:
     ``overrides`` are :class:`MiniVLAPolicyConfig` fields (``temperature``, ``seed``, ``device``...).
     """
     meta = _read_meta(Path(folder))
-    unknown = set(overrides) - set(MiniVLAPolicyConfig.__dataclass_fields__)
-    if unknown:
-        raise ValueError(f"unknown MiniVLA policy settings: {sorted(unknown)}")
+    _check_overrides(overrides)
     config = MiniVLAPolicyConfig(**{**meta["policy"], **overrides})
     return MiniVLAPolicy.from_saved(folder, config=config)
+
+
+def _check_overrides(overrides: Mapping[str, Any]) -> None:
+    unknown = set(overrides) - set(MiniVLAPolicyConfig.__dataclass_fields__) - {"tokenizer_path", "step"}
+    if unknown:
+        raise ValueError(f"unknown MiniVLA policy settings: {sorted(unknown)}")
+
+
+def load_minivla(folder: str | Path, **settings: Any) -> MiniVLAPolicy:
+    """The ``{"type": "minivla"}`` factory of ``policy.json``: a saved policy folder or a Prismatic run.
+
+    A folder with ``minivla.json`` (:meth:`MiniVLAPolicy.save`) is rebuilt with its saved acting
+    settings; a Prismatic/openvla-mini run directory (``config.json`` + ``checkpoints/step-*.pt``)
+    is read as upstream's ``load_vla`` reads it. ``settings`` are :class:`MiniVLAPolicyConfig`
+    fields (``device``, ``dtype``, ``unnorm_key``, ``temperature``...) plus, for a Prismatic run,
+    ``tokenizer_path`` and ``step``.
+    """
+    folder = Path(folder)
+    _check_overrides(settings)
+    if (folder / META_FILE).is_file():
+        extra = {k for k in ("tokenizer_path", "step") if k in settings}
+        if extra:
+            raise ValueError(f"{sorted(extra)} apply to Prismatic run directories, not to {folder}")
+        return load_saved_policy(folder, **settings)
+    if (folder / "checkpoints").is_dir():
+        settings = dict(settings)
+        tokenizer_path = settings.pop("tokenizer_path", None)
+        step = settings.pop("step", None)
+        return MiniVLAPolicy.from_prismatic(
+            folder, tokenizer_path=tokenizer_path, config=MiniVLAPolicyConfig(**settings), step=step
+        )
+    raise FileNotFoundError(
+        f"{folder} is neither a saved MiniVLA policy ({META_FILE}) nor a Prismatic run directory (checkpoints/)"
+    )
 
 
 def _plain_key(key: str) -> str:

@@ -43,6 +43,7 @@ __all__ = [
     "ours_to_prismatic",
     "prismatic_to_ours",
     "read_run",
+    "resolve_base_vlm",
     "write_run",
 ]
 
@@ -234,8 +235,43 @@ class PrismaticRun:
     vla: dict[str, Any]
 
 
-def read_run(run_dir: str | Path, step: int | None = None) -> PrismaticRun:
+def resolve_base_vlm(base: Any, override: str | None = None) -> str:
+    """The base-VLM model id of a run's ``vla.base_vlm``, as openvla-mini's ``load_vla`` resolves it.
+
+    Public fine-tuning scripts pass ``--vla.base_vlm <local snapshot folder>``; upstream then reads
+    ``<folder>/config.json["model"]["model_id"]``. We do the same when that folder exists here; a
+    path that does not exist on this machine is accepted when its last component is a known id,
+    otherwise ``override`` (the model id) must be given.
+
+    Raises:
+        ValueError: the id is unknown, or the path cannot be resolved (the message says how to fix it).
+    """
+    if override is not None:
+        base = override
+    elif isinstance(base, str) and ("/" in base or Path(base).is_dir()):
+        folder = Path(base).expanduser()
+        if (folder / "config.json").is_file():
+            data = json.loads((folder / "config.json").read_text())
+            model_id = data.get("model", {}).get("model_id") if isinstance(data.get("model"), dict) else None
+            if not isinstance(model_id, str):
+                raise ValueError(f"base_vlm folder {folder} has no config.json['model']['model_id']")
+            base = model_id
+        elif folder.name in BASE_VLMS:
+            base = folder.name
+        else:
+            raise ValueError(
+                f"vla.base_vlm is the folder {str(folder)!r}, which is not on this machine (or has no "
+                f"config.json); give the base VLM's model id instead (one of {sorted(BASE_VLMS)})"
+            )
+    if base not in BASE_VLMS:
+        raise ValueError(f"unknown base_vlm {base!r}; this loader knows {sorted(BASE_VLMS)}")
+    return base
+
+
+def read_run(run_dir: str | Path, step: int | None = None, base_vlm: str | None = None) -> PrismaticRun:
     """Parse a Prismatic VLA run directory (without loading weights).
+
+    ``base_vlm`` overrides ``config.json``'s ``vla.base_vlm`` (a model id; see :func:`resolve_base_vlm`).
 
     Raises:
         FileNotFoundError: a required file is missing.
@@ -264,12 +300,7 @@ def read_run(run_dir: str | Path, step: int | None = None) -> PrismaticRun:
     if "wmrl_model" in config:
         model_config = MiniVLAConfig.from_json(config["wmrl_model"])
     else:
-        base = vla.get("base_vlm")
-        if isinstance(base, str) and Path(base).name in BASE_VLMS:
-            base = Path(base).name
-        if base not in BASE_VLMS:
-            raise ValueError(f"unknown base_vlm {base!r}; this loader knows {sorted(BASE_VLMS)}")
-        model_config = BASE_VLMS[base]
+        model_config = BASE_VLMS[resolve_base_vlm(vla.get("base_vlm"), base_vlm)]
     stats = json.loads(stats_path.read_text())
     return PrismaticRun(model_config, stats, find_checkpoint(run_dir, step), vla)
 

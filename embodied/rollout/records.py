@@ -82,6 +82,9 @@ class EpisodeRecord:
         reset_s: seconds from the reset request to the settled first observation (includes
             rebuilding the scene on a task switch and the settle steps).
         policy_s: seconds spent in the policy for this episode.
+        error: ``None``, or why the simulator failed in this episode (one line); such an episode
+            counts as a failure (``RolloutConfig.on_error="record"``).
+        error_details: the simulator's traceback for ``error``.
     """
 
     spec: EpisodeSpec
@@ -101,6 +104,8 @@ class EpisodeRecord:
     wall_s: float = 0.0
     reset_s: float = 0.0
     policy_s: float = 0.0
+    error: str | None = None
+    error_details: str | None = None
 
     @property
     def sum_reward(self) -> float:

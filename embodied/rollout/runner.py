@@ -53,6 +53,10 @@ class RolloutConfig:
             ``None`` = all cameras of the environment.
         frame_stride: keep every ``frame_stride``-th frame (the first and last are always kept).
         keep_observations: keep every observation the policy acted on (RL re-scoring needs them).
+        on_error: ``"raise"`` (default): a failing simulator ends :meth:`RolloutRunner.run` with
+            :class:`WorkerError`; ``"record"``: that episode ends as a failure whose
+            :attr:`EpisodeRecord.error` says why, its simulator is rebuilt (a dead worker process is
+            started again) and the other episodes go on (evaluation uses this).
         start_method: multiprocessing start method; ``"spawn"`` is safe with torch and OpenGL.
         startup_timeout_s: seconds a worker may take to import the simulator stack.
     """
@@ -61,6 +65,7 @@ class RolloutConfig:
     frame_cameras: tuple[str, ...] | None = None
     frame_stride: int = 1
     keep_observations: bool = False
+    on_error: str = "raise"
     start_method: str = "spawn"
     startup_timeout_s: float = 600.0
 
@@ -79,6 +84,8 @@ class RolloutConfig:
             or self.frame_stride < 1
         ):
             raise ValueError(f"frame_stride must be an integer >= 1; got {self.frame_stride!r}")
+        if self.on_error not in ("raise", "record"):
+            raise ValueError(f"on_error must be 'raise' or 'record'; got {self.on_error!r}")
         if self.start_method not in mp.get_all_start_methods():
             raise ValueError(
                 f"start_method must be one of {mp.get_all_start_methods()}; got {self.start_method!r}"
@@ -201,6 +208,21 @@ class _Episode:
         if t % self.stride == 0 or self.done:
             self._keep_frame(obs, t)
 
+    def fail(self, reason: str, details: str) -> EpisodeRecord:
+        """End the episode as a failure because its simulator failed (``reason``: one line)."""
+        # the last action was sent but never answered: it did not happen
+        if len(self.rewards) < len(self.actions):
+            n = len(self.rewards)
+            del self.actions[n:], self.token_ids[n:], self.log_probs[n:], self.step_info[n:]
+            if self.observations is not None:
+                del self.observations[n:]
+        self.success = False
+        self.terminated, self.truncated = False, False
+        record = self.finish()
+        record.error = reason
+        record.error_details = details
+        return record
+
     def finish(self) -> EpisodeRecord:
         t = len(self.actions)
         return EpisodeRecord(
@@ -280,6 +302,9 @@ class RolloutRunner:
         self.frame_cameras: tuple[str, ...] = tuple(cams)
         self._workers: list[Any] = []
         self._slot_task: list[int | None] = []
+        self._ctx = None
+        #: (episode index in the last run, reason) of every episode a simulator failure ended
+        self.failures: list[tuple[int, str]] = []
 
     @property
     def num_slots(self) -> int:
@@ -294,7 +319,7 @@ class RolloutRunner:
         if self.config.workers == 0:
             self._workers = [LocalWorker(env_dict)]
         else:
-            ctx = mp.get_context(self.config.start_method)
+            ctx = self._ctx = mp.get_context(self.config.start_method)
             workers = [_ProcessWorker(ctx, env_dict, i) for i in range(self.config.workers)]
             try:
                 for w in workers:
@@ -305,6 +330,23 @@ class RolloutRunner:
                 raise
             self._workers = workers
         self._slot_task = [self.env_config.task_id] * len(self._workers)
+
+    def _restart(self, slot: int) -> None:
+        """Replace the simulator of ``slot`` with a fresh one (after it failed)."""
+        env_dict = self.env_config.to_dict()
+        with contextlib.suppress(Exception):
+            self._workers[slot].close()
+        if self.config.workers == 0:
+            self._workers[slot] = LocalWorker(env_dict)
+        else:
+            worker = _ProcessWorker(self._ctx, env_dict, slot)
+            worker.wait_ready(self.config.startup_timeout_s)
+            self._workers[slot] = worker
+        self._slot_task[slot] = self.env_config.task_id
+
+    def worker_pids(self) -> list[int | None]:
+        """Process ids of the simulator workers (``None`` for the in-process one)."""
+        return [getattr(getattr(w, "proc", None), "pid", None) for w in self._workers]
 
     def close(self) -> None:
         """Stop the workers and free their simulators."""
@@ -378,18 +420,49 @@ class RolloutRunner:
             in_flight[slot] = True
             self._slot_task[slot] = spec.task_id
 
-        for slot in range(n_slots):
+        self.failures = []
+
+        def failed(slot: int, details: str) -> None:
+            # on_error="record": the episode ends as a failure with its reason; a fresh simulator goes on
+            ep = active[slot]
+            lines = [line for line in str(details).strip().splitlines() if line.strip()]
+            reason = lines[-1].strip() if lines else "simulator failure"
+            record = ep.fail(reason, str(details))
+            records[ep.index] = record
+            self.failures.append((ep.index, reason))
+            active[slot] = None
+            in_flight[slot] = False
+            self._restart(slot)
+            if progress is not None:
+                progress(record)
             assign(slot)
+
+        for slot in range(n_slots):
+            try:
+                assign(slot)
+            except WorkerError as err:
+                if cfg.on_error == "raise":
+                    raise
+                failed(slot, str(err))
         while any(ep is not None for ep in active):
             # Phase 1: replies, in worker order.
             for slot in range(n_slots):
                 if not in_flight[slot]:
                     continue
-                status, payload = self._workers[slot].recv()
-                in_flight[slot] = False
                 ep = active[slot]
+                try:
+                    status, payload = self._workers[slot].recv()
+                except WorkerError as err:
+                    if cfg.on_error == "raise":
+                        raise
+                    failed(slot, str(err))
+                    continue
+                in_flight[slot] = False
                 if status != "ok":
-                    raise WorkerError(f"simulator worker {slot} failed on {ep.spec}:\n{payload}")
+                    if cfg.on_error == "raise":
+                        raise WorkerError(f"simulator worker {slot} failed on {ep.spec}:\n{payload}")
+                    failed(slot, payload)
+                    continue
                 if not ep.started:
                     obs, info = payload
                     ep.start(obs, info)
@@ -414,20 +487,25 @@ class RolloutRunner:
                 if len(steps) != len(waiting):
                     raise ValueError(f"act_batch returned {len(steps)} steps for {len(waiting)} observations")
                 for s, step in zip(waiting, steps, strict=True):
-                    self._send_action(s, active[s], step, share)
-                    in_flight[s] = True
+                    self._send_action(s, active[s], step, share, failed)
+                    in_flight[s] = active[s] is not None
             else:
                 for s in waiting:
                     t0 = time.perf_counter()
                     step = policies[s].act(active[s].obs, active[s].instruction)
-                    self._send_action(s, active[s], step, time.perf_counter() - t0)
-                    in_flight[s] = True
+                    self._send_action(s, active[s], step, time.perf_counter() - t0, failed)
+                    in_flight[s] = active[s] is not None
         return [r for r in records if r is not None]
 
-    def _send_action(self, slot: int, ep: _Episode, step: Any, seconds: float) -> None:
+    def _send_action(self, slot: int, ep: _Episode, step: Any, seconds: float, failed) -> None:
         action = _check_step(step)
         ep.record_action(step, action, seconds)
-        self._workers[slot].send(("step", action))
+        try:
+            self._workers[slot].send(("step", action))
+        except WorkerError as err:
+            if self.config.on_error == "raise":
+                raise
+            failed(slot, str(err))
 
 
 def run_episodes(

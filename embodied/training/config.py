@@ -47,11 +47,17 @@ class PolicySpec:
             openvla-mini run directory (``config.json`` + ``checkpoints/step-*.pt``).
         tokenizer_path: Qwen2.5 tokenizer folder for a Prismatic run (default ``source/tokenizer``).
         checkpoint_step: which ``step-*.pt`` of a Prismatic run (default: the highest).
-        unnorm_key: dataset statistics used to un-normalise actions (default: the only one).
+        unnorm_key: dataset statistics used to un-normalise actions (default: the saved policy's, else
+            the suite's, with upstream's ``<suite>_no_noops`` fallback; statistics of another suite are
+            an error).
         temperature: sampling temperature of the rollouts (> 0); the PPO ratio and the KL are taken
             under this same tempered distribution.
-        center_crop: openvla-mini's test-time centre crop (checkpoints trained with image augmentation).
-        device, dtype: where the policy runs (``float32`` on a CPU).
+        center_crop: openvla-mini's test-time centre crop (checkpoints trained with image augmentation);
+            ``null`` = the saved policy's setting, else true.
+        jpeg_quality: JPEG round trip of every frame before the policy sees it (the official worker's,
+            quality 95), ``null`` = the saved policy's setting, else none; recorded in checkpoints.
+        device: ``auto`` (CUDA when available), ``cpu``, ``cuda``, ``cuda:N``.
+        dtype: ``auto`` (bfloat16 on CUDA, float32 on a CPU), ``float32``, ``bfloat16``, ``float16``.
         tiny_seed: initialisation seed of the tiny model.
     """
 
@@ -60,9 +66,10 @@ class PolicySpec:
     checkpoint_step: int | None = None
     unnorm_key: str | None = None
     temperature: float = 1.0
-    center_crop: bool = True
-    device: str = "cpu"
-    dtype: str = "float32"
+    center_crop: bool | None = None
+    jpeg_quality: int | None = None
+    device: str = "auto"
+    dtype: str = "auto"
     tiny_seed: int = 0
 
     def __post_init__(self) -> None:
@@ -72,11 +79,25 @@ class PolicySpec:
             f"policy.temperature must be > 0 (RL samples its rollouts); got {self.temperature}",
         )
         require(
-            self.dtype in ("float32", "bfloat16", "float16"),
-            f"policy.dtype must be float32, bfloat16 or float16; got {self.dtype!r}",
+            self.dtype in ("auto", "float32", "bfloat16", "float16"),
+            f"policy.dtype must be auto, float32, bfloat16 or float16; got {self.dtype!r}",
         )
         if self.checkpoint_step is not None:
             _positive_int("policy.checkpoint_step", self.checkpoint_step, 0)
+        if self.jpeg_quality is not None:
+            require(
+                isinstance(self.jpeg_quality, int) and 1 <= self.jpeg_quality <= 100,
+                f"policy.jpeg_quality must be an integer in [1, 100] or null; got {self.jpeg_quality!r}",
+            )
+
+    @property
+    def on_cuda(self) -> bool:
+        """Whether the policy will run on CUDA (``auto`` resolved on this machine)."""
+        if self.device == "auto":
+            import torch
+
+            return torch.cuda.is_available()
+        return self.device.startswith("cuda")
 
     @property
     def is_tiny(self) -> bool:
@@ -95,7 +116,12 @@ class EnvSpec:
         max_episode_steps: policy steps per episode (``None``: the suite's standard, 520 for libero_10).
         settle_steps: no-op steps after placing the initial state.
         camera: the one camera rendered; the policy acts on it and Robometer watches it.
-        image_size: square render side in pixels (the policy resizes to 224).
+        image_size: square render side in pixels (the policy resizes to 224); ``null`` = the size the
+            policy's checkpoint records, else 256.
+        orientation: image orientation of the rendered frames (``upright``, ``rotate180``, ``raw``);
+            ``null`` = the policy checkpoint's, else ``upright``.
+        allow_observation_mismatch: train even when ``image_size``/``orientation`` differ from what
+            the policy's checkpoint records (refused otherwise).
         hard_reset: rebuild the MuJoCo model at every reset (slower; the initial state overwrites the
             whole simulator state either way).
         workers: simulator processes (0 = in this process).
@@ -109,7 +135,9 @@ class EnvSpec:
     max_episode_steps: int | None = None
     settle_steps: int = 10
     camera: str = "agentview"
-    image_size: int = 256
+    image_size: int | None = None
+    orientation: str | None = None
+    allow_observation_mismatch: bool = False
     hard_reset: bool = False
     workers: int = 1
     frame_stride: int = 1
@@ -139,7 +167,12 @@ class EnvSpec:
             _positive_int("env.max_episode_steps", self.max_episode_steps)
         _positive_int("env.settle_steps", self.settle_steps, 0)
         require(bool(self.camera) and "," not in self.camera, "env.camera must be one camera name")
-        _positive_int("env.image_size", self.image_size, 8)
+        if self.image_size is not None:
+            _positive_int("env.image_size", self.image_size, 8)
+        if self.orientation is not None:
+            from wmrl.embodied.env.images import check_orientation
+
+            check_orientation(self.orientation)
         _positive_int("env.workers", self.workers, 0)
         _positive_int("env.frame_stride", self.frame_stride)
 

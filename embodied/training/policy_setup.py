@@ -14,31 +14,60 @@ is a frozen copy.
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from wmrl.core.config import ConfigError
 from wmrl.core.train_config import LoraConfig
 from wmrl.embodied.training.config import PolicySpec
 from wmrl.embodied.training.update import LogProbFn
 
-__all__ = ["build_policy", "make_reference"]
+__all__ = ["acting_settings", "build_policy", "make_reference", "resolve_observation"]
 
 
-def _acting_config(spec: PolicySpec, image_key: str) -> Any:
-    from wmrl.embodied.policy.minivla_policy import MiniVLAPolicyConfig
+def acting_settings(spec: PolicySpec, image_key: str) -> dict[str, Any]:
+    """The :class:`MiniVLAPolicyConfig` fields ``spec`` sets (``None`` = keep the checkpoint's)."""
+    settings: dict[str, Any] = {
+        "image_key": image_key,
+        "temperature": spec.temperature,
+        # RL samples among the 256 action tokens (every sample a valid action; ratio and KL on that
+        # support), whatever a saved policy's evaluation setting is
+        "constrain_to_actions": True,
+        "device": spec.device,
+        "dtype": spec.dtype,
+        "seed": 0,  # re-seeded per episode by the rollout runner
+    }
+    for key in ("unnorm_key", "center_crop", "jpeg_quality"):
+        if getattr(spec, key) is not None:
+            settings[key] = getattr(spec, key)
+    return settings
 
-    return MiniVLAPolicyConfig(
-        image_key=image_key,
-        unnorm_key=spec.unnorm_key,
-        temperature=spec.temperature,
-        center_crop=spec.center_crop,
-        device=spec.device,
-        dtype=spec.dtype,
-        seed=0,  # re-seeded per episode by the rollout runner
-    )
+
+def resolve_observation(
+    recorded: dict[str, Any], orientation: str | None, image_size: int | None, allow_mismatch: bool
+) -> tuple[str, int]:
+    """The orientation and render size to train with: the config's, else the policy checkpoint's.
+
+    Raises:
+        ConfigError: a given value differs from the checkpoint's record and ``allow_mismatch`` is false.
+    """
+    out = []
+    for key, name, given, default in (
+        ("orientation", "env.orientation", orientation, "upright"),
+        ("render_size", "env.image_size", image_size, 256),
+    ):
+        saved = recorded.get(key)
+        if given is not None and saved is not None and given != saved and not allow_mismatch:
+            raise ConfigError(
+                f"{name}={given!r} but the policy was trained on {key} {saved!r} (its checkpoint records it); "
+                f"leave {name} unset to use the policy's, or set env.allow_observation_mismatch=true"
+            )
+        out.append(given if given is not None else saved if saved is not None else default)
+    return out[0], out[1]
 
 
 def _merge_saved_adapters(policy: Any) -> Any:
@@ -56,31 +85,41 @@ def _merge_saved_adapters(policy: Any) -> Any:
     return fresh
 
 
-def build_policy(spec: PolicySpec, lora: LoraConfig, image_key: str) -> Any:
+def build_policy(spec: PolicySpec, lora: LoraConfig, image_key: str, suite: str | None = None) -> Any:
     """The MiniVLA policy to train, with LoRA applied (or projector + LLM trainable without LoRA).
 
     Args:
         spec: where the weights come from and how the policy samples.
         lora: the adapters to add.
         image_key: observation key of the rendered camera (``f"{camera}_image"``).
+        suite: the LIBERO suite trained on; its statistics un-normalise actions unless ``spec`` or
+            the saved policy names others.
 
     Raises:
         FileNotFoundError: ``spec.source`` is neither ``tiny`` nor a policy folder.
     """
-    from wmrl.embodied.policy.minivla_policy import MiniVLAPolicy
+    from wmrl.embodied.policy.minivla_policy import MiniVLAPolicy, MiniVLAPolicyConfig, load_saved_policy
 
-    acting = _acting_config(spec, image_key)
+    settings = acting_settings(spec, image_key)
+    if suite is not None and "unnorm_key" not in settings:
+        settings["unnorm_key"] = suite
     if spec.is_tiny:
-        policy = MiniVLAPolicy.tiny(seed=spec.tiny_seed, config=acting)
+        policy = MiniVLAPolicy.tiny(seed=spec.tiny_seed, config=MiniVLAPolicyConfig(**settings))
     else:
         path = Path(spec.source).expanduser()
         if (path / "minivla.json").is_file():
-            policy = MiniVLAPolicy.from_saved(path, config=acting)
+            saved = json.loads((path / "minivla.json").read_text())["policy"]
+            if spec.unnorm_key is None and saved.get("unnorm_key"):
+                settings["unnorm_key"] = saved["unnorm_key"]  # the statistics it was trained with
+            policy = load_saved_policy(path, **settings)
             if policy.lora is not None:
                 policy = _merge_saved_adapters(policy)
         elif (path / "checkpoints").is_dir():
             policy = MiniVLAPolicy.from_prismatic(
-                path, tokenizer_path=spec.tokenizer_path, config=acting, step=spec.checkpoint_step
+                path,
+                tokenizer_path=spec.tokenizer_path,
+                config=MiniVLAPolicyConfig(**settings),
+                step=spec.checkpoint_step,
             )
         else:
             raise FileNotFoundError(

@@ -21,6 +21,7 @@ drive steps themselves (``learn`` takes episodes rolled out elsewhere).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ from wmrl.embodied.training.batch import (
 )
 from wmrl.embodied.training.config import EmbodiedTrainConfig
 from wmrl.embodied.training.groups import GroupSpec, choose_groups, episode_specs, group_records
-from wmrl.embodied.training.policy_setup import build_policy, make_reference
+from wmrl.embodied.training.policy_setup import build_policy, make_reference, resolve_observation
 from wmrl.embodied.training.update import PPOUpdater
 
 __all__ = ["ACCOUNTING_NOTE", "EmbodiedTrainer", "LiberoDomain", "run_from_cli", "train"]
@@ -82,7 +83,17 @@ class LiberoDomain:
         if config.torch_threads is not None:
             torch.set_num_threads(config.torch_threads)
         camera = config.env.camera
-        self.policy = build_policy(config.policy, config.lora, image_key=f"{camera}_image")
+        self.policy = build_policy(
+            config.policy, config.lora, image_key=f"{camera}_image", suite=config.env.suite
+        )
+        # Frames as the policy was trained on them (its checkpoint records it), and recorded in ours.
+        env = config.env
+        self.orientation, self.image_size = resolve_observation(
+            self.policy.observation_contract, env.orientation, env.image_size, env.allow_observation_mismatch
+        )
+        self.policy.config = replace(
+            self.policy.config, orientation=self.orientation, render_size=self.image_size
+        )
         reference = make_reference(self.policy, config.lora) if config.ppo.kl_beta > 0 else None
         self.updater = PPOUpdater(self.policy, config.ppo, reference, learning_rate=config.learning_rate)
         # the frames the sources read: the most any of them asks for, from the rendered camera
@@ -102,8 +113,9 @@ class LiberoDomain:
             suite=env.suite,
             task_id=env.task_ids[0],
             cameras=(env.camera,),
-            image_height=env.image_size,
-            image_width=env.image_size,
+            image_height=self.image_size,
+            image_width=self.image_size,
+            orientation=self.orientation,
             max_steps=env.max_episode_steps,
             settle_steps=env.settle_steps,
             hard_reset=env.hard_reset,
@@ -293,7 +305,7 @@ class EmbodiedTrainer:
                 stacklevel=2,
             )
         self.domain = LiberoDomain(config, [world_model if config.uses_world_model else None, anchor])
-        on_gpu = 1.0 if str(config.policy.device).startswith("cuda") else 0.0
+        on_gpu = 1.0 if config.policy.on_cuda else 0.0
         wm_gpu = 1.0 if world_model is not None and str(config.world_model.device).startswith("cuda") else 0.0
         ledger = CostLedger({"generation": on_gpu, "update": on_gpu, "world_model": wm_gpu, "anchor": 0.0})
         self.pipeline = RewardPipeline(
@@ -311,7 +323,7 @@ class EmbodiedTrainer:
             run_dir,
             progress=progress,
             details=lambda: self.domain.report(run_dir.path),
-            device=config.policy.device,
+            device="cuda" if config.policy.on_cuda else "cpu",
         )
         write_json_atomic(run_dir.path / "resolved.json", self.resolved())
 
@@ -346,6 +358,8 @@ class EmbodiedTrainer:
             "tasks": list(self.config.env.task_ids),
             "train_states": list(self.config.env.state_ids),
             "max_episode_steps": self.domain.env_config().episode_max_steps,
+            "image_size": self.domain.image_size,
+            "orientation": self.domain.orientation,
             "policy_trainable_parameters": int(sum(p.numel() for p in self.domain.updater.params)),
             "policy_lora": self.policy.lora,
             "world_model": None if self.world_model is None else getattr(self.world_model, "name", "?"),

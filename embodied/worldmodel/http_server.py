@@ -266,34 +266,43 @@ class RobometerHTTPServer:
         self.stop()
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description="Serve a local Robometer through its HTTP evaluation contract."
-    )
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--model", help="local Robometer checkpoint folder")
-    source.add_argument("--tiny", action="store_true", help="serve the random tiny model (smoke tests)")
-    parser.add_argument(
-        "--tokenizer", help="local Qwen3-VL tokenizer folder (default: the checkpoint folder)"
-    )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8001)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--batch-size", type=int, default=4)
-    args = parser.parse_args(argv)
+def serve(args: argparse.Namespace) -> int:
+    """Load the model the arguments name and serve it until Ctrl-C."""
+    import torch
+
     from wmrl.embodied.worldmodel.robometer import Robometer
 
-    options = {"device": args.device, "dtype": args.dtype, "batch_size": args.batch_size}
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if device.startswith("cuda") else "float32")
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1; got {args.batch_size}")
+    options = {"device": device, "dtype": dtype, "batch_size": args.batch_size}
     backend = (
         Robometer.tiny(**options)
         if args.tiny
         else Robometer.from_pretrained(args.model, tokenizer_path=args.tokenizer, **options)
     )
     server = RobometerHTTPServer(backend, host=args.host, port=args.port, verbose=True)
-    print(f"Robometer server on {server.url} (POST /evaluate_batch_npy, GET /health)", flush=True)
+    print(
+        f"Robometer server on {server.url} ({device}, {dtype}, batches of {args.batch_size}; "
+        "POST /evaluate_batch_npy, GET /health)",
+        flush=True,
+    )
     with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description="Serve a local Robometer through its HTTP evaluation contract."
+    )
+    from wmrl.embodied.cli import add_server_arguments
+
+    add_server_arguments(parser)
+    serve(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -181,6 +181,7 @@ def read_robometer_config(path: str | Path, vocab_rows: int | None = None) -> Ro
     for key in ("architectures", "transformers_version", "_name_or_path", "torch_dtype", "dtype"):
         backbone.pop(key, None)
     n_bins = 10
+    resized = None
     experiment = path / "config.yaml"
     if experiment.is_file():
         exp = _read_experiment_yaml(experiment)
@@ -199,10 +200,15 @@ def read_robometer_config(path: str | Path, vocab_rows: int | None = None) -> Ro
             raise ValueError(
                 f"{experiment}: only multi-image input checkpoints are supported (not video mode)"
             )
+        data = exp.get("data", {}) or {}
+        h, w = data.get("resized_height"), data.get("resized_width")
+        if (h is None) != (w is None):
+            raise ValueError(f"{experiment}: data.resized_height and data.resized_width must be set together")
+        resized = None if h is None else (int(h), int(w))
         base = str(model.get("base_model_id", "Qwen3-VL"))
         if "Qwen3" not in base:
             raise ValueError(f"{experiment}: base model {base!r} is not a Qwen3-VL model")
-    config = RobometerConfig(backbone=backbone, n_bins=n_bins, name=path.name)
+    config = RobometerConfig(backbone=backbone, n_bins=n_bins, name=path.name, data_resized=resized)
     if vocab_rows is not None and vocab_rows != config.vocab_size:
         config = config.with_vocab(vocab_rows)
     return config
@@ -268,6 +274,9 @@ def write_robometer_dir(
         "loss:\n"
         "  progress_loss_type: discrete\n"
         f"  progress_discrete_bins: {config.n_bins}\n"
+        "data:\n"
+        f"  resized_height: {'null' if config.data_resized is None else config.data_resized[0]}\n"
+        f"  resized_width: {'null' if config.data_resized is None else config.data_resized[1]}\n"
     )
     (path / "config.yaml").write_text(experiment)
     if tokenizer is not None:

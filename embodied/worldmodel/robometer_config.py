@@ -177,6 +177,12 @@ class RobometerConfig:
         add_vision_id: write ``Picture i: `` before every frame (Robometer's collator sets it).
         head_dropout: dropout of the heads (inactive at inference; kept for training parity).
         name: a label for reports.
+        data_resized: ``(height, width)`` of the checkpoint's ``config.yaml`` ``data.resized_height`` /
+            ``data.resized_width`` (``None`` when unset). Recorded, and deliberately not applied:
+            Robometer's own collator ignores them in multi-image mode (``rbm_heads.py``: the resize
+            branch of ``use_multi_image`` is commented out; frames go in at their size through
+            qwen-vl-utils' ``smart_resize``), which is the only mode this implementation runs. Applying
+            them would feed the model other pixels than it was trained and evaluated on.
     """
 
     backbone: Mapping[str, Any] = field(default_factory=lambda: dict(QWEN3_VL_4B_ROBOMETER))
@@ -186,8 +192,15 @@ class RobometerConfig:
     add_vision_id: bool = True
     head_dropout: float = 0.1
     name: str = "robometer-4b"
+    data_resized: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
+        if self.data_resized is not None:
+            require(
+                len(self.data_resized) == 2 and all(isinstance(v, int) and v > 0 for v in self.data_resized),
+                f"data_resized must be (height, width) positive integers or None; got {self.data_resized!r}",
+            )
+            object.__setattr__(self, "data_resized", tuple(self.data_resized))
         backbone = dict(self.backbone)
         for key in ("text_config", "vision_config"):
             require(
@@ -238,6 +251,7 @@ class RobometerConfig:
             add_vision_id=self.add_vision_id,
             head_dropout=self.head_dropout,
             name=self.name,
+            data_resized=self.data_resized,
         )
 
     def qwen3_vl_config(self) -> Any:

@@ -99,3 +99,28 @@ def test_gpus_the_machine_lacks_are_refused_before_any_execution():
         have = min(visible_gpus())
         grader = build_grader(SandboxSection(backend="subprocess", gpus=(have,), workers=1))
         assert isinstance(grader.sandbox.sandbox, DeviceSlots)
+
+
+def test_a_ray_pool_gives_its_slots_gpus_through_ray_and_every_execution_asks_for_one():
+    """With ``sandbox.pool=ray`` the slots own their GPUs (``ray.gpus_per_slot``): local device lists are
+    refused, the agent is told it has a GPU, and each execution asks for one (the slot replaces the ask
+    with the ids Ray gave it)."""
+    from wmrl.autoresearch.training.config import TrainConfig
+    from wmrl.autoresearch.training.devices import RequestGPU
+
+    ray = ["sandbox.pool=ray", "sandbox.backend=subprocess", "sandbox.workers=3", "sandbox.ray.slots=3"]
+    with pytest.raises(ConfigError, match="ray.gpus_per_slot"):
+        load_config(TrainConfig, None, [*ray, "sandbox.gpus=[0]", "sandbox.workers=1", "sandbox.ray.slots=1"])
+    assert load_config(TrainConfig, None, ray).sandbox.gpu_count == 0
+    assert load_config(TrainConfig, None, [*ray, "sandbox.ray.gpus_per_slot=0.25"]).sandbox.gpu_count == 1
+    assert load_config(TrainConfig, None, [*ray, "sandbox.ray.gpus_per_slot=2"]).sandbox.gpu_count == 2
+
+    class Recorder:
+        name = "recorder"
+
+        def run(self, code, data_dir, limits=None):
+            self.limits = limits
+            return "ran"
+
+    inner = Recorder()
+    assert RequestGPU(inner).run("print(1)", ".", None) == "ran" and inner.limits.gpu is True

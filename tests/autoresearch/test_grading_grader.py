@@ -27,6 +27,7 @@ def _grader(backend: str, **kw) -> ExecutionGrader:
 BACKENDS = [
     pytest.param("subprocess", id="subprocess"),
     pytest.param("bwrap", id="bwrap", marks=pytest.mark.bwrap),
+    pytest.param("docker", id="docker", marks=pytest.mark.docker),
 ]
 
 
@@ -97,12 +98,13 @@ def test_docker_backend_grades(task):
     assert _grader("docker").grade(task, TOY_SOLUTION).status == "valid"
 
 
-def test_unavailable_backend_is_a_harness_error_not_zero(task):
-    from wmrl.autoresearch.sandbox import docker_problem
+def test_unavailable_backend_is_a_harness_error_not_zero(task, tmp_path):
+    """A backend that cannot run (here: bubblewrap named at a path where there is none) grades
+    every solution as unknown, never as a failure of the solution."""
+    from wmrl.autoresearch.sandbox import make_sandbox
 
-    if docker_problem() is None:
-        pytest.skip("a Docker engine answers here; this test needs a backend that cannot run")
-    result = _grader("docker").grade(task, TOY_SOLUTION)
+    broken = make_sandbox("bwrap", bwrap=str(tmp_path / "no-such-bwrap"), output_root=tmp_path / "out")
+    result = ExecutionGrader(sandbox=broken).grade(task, TOY_SOLUTION)
     assert result.status == "harness_error"
     assert result.reward is None
     assert result.reason

@@ -114,13 +114,26 @@ def test_result_roundtrip_and_status_validation(tmp_path):
 
 
 def _outcome(
-    wait_status=None, *, stderr=b"", timed_out=False, host_kill=None, oom=0, pids_hits=0, exit_info=True
+    wait_status=None,
+    *,
+    stderr=b"",
+    timed_out=False,
+    host_kill=None,
+    oom=0,
+    pids_hits=0,
+    exit_info=True,
+    harness_error=None,
 ):
     out = RawOutcome(stdout=Tail(1000), stderr=Tail(1000))
     out.stderr.add(stderr)
     out.host_kill = host_kill
     if exit_info:
-        out.exit_info = {"wait_status": wait_status, "timed_out": timed_out, "submission": {"present": False}}
+        out.exit_info = {
+            "wait_status": wait_status,
+            "timed_out": timed_out,
+            "submission": {"present": False},
+            "harness_error": harness_error,
+        }
     out.cgroup_stats = cg.CgroupStats(
         cpu_s=0.1, peak_memory_bytes=1, oom_kills=oom, pids_peak=1, pids_limit_hits=pids_hits
     )
@@ -161,8 +174,16 @@ LIM = Limits(file_size_mb=8, disk_mb=16)
         (_outcome(None, host_kill=("timeout", "wall time: host")), "timeout", "wall time", None),
         (_outcome(None, exit_info=False), "harness_error", "before the launcher reported", None),
         (_outcome(None, exit_info=False, oom=1), "killed", "memory", None),
+        # Only the launcher's status pipe reports a harness failure (issue 10, hole 3): a solution
+        # printing the launcher's old message and exiting 127 has failed, it is not "unknown".
         (
             _outcome(_exited(127), stderr=b"launcher: could not start the solution: FileNotFoundError()\n"),
+            "error",
+            None,
+            127,
+        ),
+        (
+            _outcome(_exited(127), harness_error="could not start the solution: FileNotFoundError()"),
             "harness_error",
             "could not start",
             None,
@@ -340,28 +361,39 @@ def test_cache_key_changes_with_each_component():
 
 
 def test_docker_create_kwargs_use_docker_py_types(tmp_path):
-    """The Docker seam, checked against docker-py's real types (no engine needed to build them)."""
+    """The Docker seam, checked against docker-py's real types (the engine tests run it for real)."""
     pytest.importorskip("docker")
-    from docker.types import DeviceRequest, LogConfig, Ulimit
+    from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
 
     from wmrl.autoresearch.sandbox import DockerSandbox
+    from wmrl.autoresearch.sandbox.users import SandboxUser
 
-    sb = DockerSandbox(client=object(), image="debian:bookworm-slim")
+    sb = DockerSandbox(client=object())
+    if sb.solution_env is None:
+        pytest.skip(sb.problem)
     stage = tmp_path / "stage"
     stage.mkdir()
     (stage / "solution.py").write_text("print(1)")
     data = tmp_path / "data"
     data.mkdir()
     lim = Limits(memory_mb=512, max_processes=64, threads=2, disk_mb=100, gpu=(0, 2))
-    kw = sb._create_kwargs(stage=stage, data_dir=data, limits=lim, execution_id="abc")
+    user = SandboxUser(262150, 262150)
+    kw = sb._create_kwargs(
+        stage=stage, data_dir=data, limits=lim, execution_id="abc", user=user, cpus=[0, 1], image="img"
+    )
     assert kw["network_mode"] == "none" and kw["read_only"] is True and kw["cap_drop"] == ["ALL"]
     assert kw["init"] is False  # the launcher must be PID 1
+    assert kw["user"] == "262150:262150"  # never root (issue 10, hole 1)
     assert kw["mem_limit"] == kw["memswap_limit"] == 512 * 2**20
-    assert kw["pids_limit"] == 64 and kw["nano_cpus"] == 2_000_000_000
+    assert kw["pids_limit"] == 64 and kw["nano_cpus"] == 2_000_000_000 and kw["cpuset_cpus"] == "0,1"
     assert kw["volumes"][str(data)] == {"bind": "/sandbox/data", "mode": "ro"}
+    assert kw["volumes"][str(sb.solution_env.path)] == {"bind": "/opt/solution-env", "mode": "ro"}
     assert all(v["mode"] == "ro" for v in kw["volumes"].values())
-    assert kw["tmpfs"]["/sandbox/work"].startswith(f"size={100 * 2**20}")
-    assert isinstance(kw["log_config"], LogConfig)
+    assert not any(v.startswith(str(Path(__file__).parents[2])) for v in kw["volumes"])  # no checkout path
+    mounts = {m["Target"]: m for m in kw["mounts"]}
+    assert all(isinstance(m, Mount) for m in kw["mounts"]) and set(mounts) == {"/sandbox/work", "/tmp"}
+    assert mounts["/sandbox/work"]["TmpfsOptions"]["SizeBytes"] == 100 * 2**20
+    assert isinstance(kw["log_config"], LogConfig) and kw["log_config"]["Type"] == "none"
     assert all(isinstance(u, Ulimit) for u in kw["ulimits"])
     (req,) = kw["device_requests"]
     assert (
@@ -370,8 +402,13 @@ def test_docker_create_kwargs_use_docker_py_types(tmp_path):
     env = kw["environment"]
     assert env["DATA_DIR"] == "/sandbox/data" and env["OMP_NUM_THREADS"] == "2"
     cfg = json.loads(kw["command"][-1])
-    assert cfg["submission_path"] == env["SUBMISSION_PATH"]
-    kw_cpu = sb._create_kwargs(stage=stage, data_dir=data, limits=Limits(), execution_id="abc")
+    assert (
+        cfg["submission_path"] == env["SUBMISSION_PATH"] and cfg["python"] == "/opt/solution-env/bin/python"
+    )
+    assert bytes.fromhex(cfg["seccomp"])  # the launcher's filter, stacked on Docker's profile
+    kw_cpu = sb._create_kwargs(
+        stage=stage, data_dir=data, limits=Limits(), execution_id="abc", user=user, cpus=[0], image="img"
+    )
     assert "device_requests" not in kw_cpu and kw_cpu["environment"]["CUDA_VISIBLE_DEVICES"] == ""
     assert Path(kw["command"][3]).name == "launcher.py"
 

@@ -9,30 +9,16 @@ import pytest
 pytestmark = [pytest.mark.trl, pytest.mark.bwrap, pytest.mark.peft, pytest.mark.matplotlib]
 
 
-def test_train_writes_the_run_directory_and_resumes(tmp_path, capsys):
-    from wmrl.autoresearch.llm.tiny import save_tiny_model
-    from wmrl.autoresearch.tasks.toy import make_toy_task
+def test_train_writes_the_run_directory_and_resumes(tmp_path, capsys, tiny_autoresearch):
     from wmrl.autoresearch.training.config import TrainConfig
     from wmrl.core.cli import main
     from wmrl.core.config import from_dict
     from wmrl.core.corrector import METRICS, Corrector
     from wmrl.core.pipeline import CORRECTOR_FILE, LEDGER_FILE
 
-    model = save_tiny_model(tmp_path / "tiny")
-    make_toy_task(tmp_path, "toy-regression")
-    make_toy_task(tmp_path, "toy-binary", kind="binary")
-    ids = json.dumps([str(tmp_path / "toy-regression"), str(tmp_path / "toy-binary")])
+    model = tmp_path / "tiny"
     run = tmp_path / "run"
-    args = [
-        f"model.path={model}",
-        f"tasks.ids={ids}",
-        "tasks.overview_tokens=1500",  # the tiny tokenizer spends ~3x SmolLM2's tokens on the same text
-        "world_model.overview_tokens=1500",
-        "group_size=2",
-        "grpo.max_completion_tokens=12",
-        "checkpoint.every=1",
-        "logging.progress=false",
-    ]
+    args = [*tiny_autoresearch, "checkpoint.every=1", "logging.progress=false"]
     assert main(["train", "autoresearch", "--out", str(run), *args, "steps=2"]) == 0
     printed = capsys.readouterr().out
     assert "run directory" in printed and "wmrl eval autoresearch --model" in printed
@@ -68,31 +54,13 @@ def test_train_writes_the_run_directory_and_resumes(tmp_path, capsys):
     assert Corrector.load(run / "checkpoints" / "checkpoint-3" / CORRECTOR_FILE).step_count == 3
 
 
-def _tiny_run_args(tmp_path):
-    from wmrl.autoresearch.llm.tiny import save_tiny_model
-    from wmrl.autoresearch.tasks.toy import make_toy_task
-
-    model = save_tiny_model(tmp_path / "tiny")
-    make_toy_task(tmp_path, "toy-regression")
-    make_toy_task(tmp_path, "toy-binary", kind="binary")
-    ids = json.dumps([str(tmp_path / "toy-regression"), str(tmp_path / "toy-binary")])
-    return [
-        f"model.path={model}",
-        f"tasks.ids={ids}",
-        "tasks.overview_tokens=1500",
-        "world_model.overview_tokens=1500",
-        "group_size=2",
-        "grpo.max_completion_tokens=12",
-        "logging.progress=false",
-    ]
-
-
-def test_the_completions_table_puts_both_streams_side_by_side(tmp_path, capsys):
+def test_the_completions_table_puts_both_streams_side_by_side(tmp_path, capsys, tiny_autoresearch):
     from wmrl.core.cli import main
 
     run = tmp_path / "run"
     args = [
-        *_tiny_run_args(tmp_path),
+        *tiny_autoresearch,
+        "logging.progress=false",
         "steps=2",
         "logging.completions=true",
         "logging.completions_to_print=2",
@@ -120,7 +88,7 @@ def test_the_completions_table_puts_both_streams_side_by_side(tmp_path, capsys):
             assert row["real"] is None and row["reward"] == row["wm_calibrated"]
 
 
-def test_ctrl_c_saves_a_checkpoint_and_exits_130(tmp_path):
+def test_ctrl_c_saves_a_checkpoint_and_exits_130(tmp_path, tiny_autoresearch):
     """A real SIGINT during a TRL run: the step finishes, a checkpoint is written, exit code 130."""
     import subprocess
     import sys
@@ -151,7 +119,7 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_130(tmp_path):
             "autoresearch",
             "--out",
             str(run),
-            *_tiny_run_args(tmp_path),
+            *tiny_autoresearch,
             "steps=4",
         ],
         capture_output=True,
@@ -165,12 +133,12 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_130(tmp_path):
     assert not (run / "final").exists()
 
 
-def test_an_unwritable_out_is_one_line_and_leaves_nothing(tmp_path, capsys):
+def test_an_unwritable_out_is_one_line_and_leaves_nothing(tmp_path, capsys, tiny_autoresearch):
     from wmrl.core.cli import main
 
     blocker = tmp_path / "file"
     blocker.write_text("")
-    args = _tiny_run_args(tmp_path)
+    args = tiny_autoresearch
     capsys.readouterr()  # the set-up's own output
     assert main(["train", "autoresearch", "--out", str(blocker / "run"), *args]) == 2
     err = capsys.readouterr().err

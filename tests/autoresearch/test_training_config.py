@@ -56,8 +56,11 @@ def test_files_and_strictness(tmp_path):
     with pytest.raises(ConfigError, match="duplicates"):
         load_config(TrainConfig, None, ['tasks.ids=["a", "a"]'])
     assert load_config(TrainConfig, None, ["tasks.ids=[iris, wine]"]).tasks.ids == ("iris", "wine")
-    with pytest.raises(ConfigError, match="active_share must be 0"):
+    with pytest.raises(ConfigError, match=r"active_share and \.rollout_share must be 0"):
         load_config(TrainConfig, None, ["episode.turns=2", "corrector.scheduler.active_share=0.5"])
+    with pytest.raises(ConfigError, match=r"sandbox\.cache=false"):  # repeats must really re-execute
+        load_config(TrainConfig, None, ["corrector.scheduler.repeat_share=0.2"])
+    assert load_config(TrainConfig, None, ["corrector.scheduler.repeat_share=0.2", "sandbox.cache=false"])
     with pytest.raises(ConfigError, match=r"sandbox\.backend"):
         load_config(TrainConfig, None, ["sandbox.backend=chroot"])
 

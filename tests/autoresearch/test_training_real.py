@@ -81,8 +81,8 @@ class Recorder:
         trainer.item_fn = item_fn
         correct = trainer.corrector.correct
 
-        def spy(plan, wm, real, var=None):
-            result = correct(plan, wm, real, var)
+        def spy(plan, wm, real, var=None, **extra):
+            result = correct(plan, wm, real, var, **extra)
             self.corrections.append((plan, np.array(wm), np.array(real), result))
             return result
 

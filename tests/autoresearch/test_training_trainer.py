@@ -85,8 +85,8 @@ class Spy:
         correct = trainer.corrector.correct
         generate = trainer._generate_and_score_completions
 
-        def spy_correct(plan, wm, real, var=None):
-            result = correct(plan, wm, real, var)
+        def spy_correct(plan, wm, real, var=None, **extra):
+            result = correct(plan, wm, real, var, **extra)
             self.corrections.append(
                 (plan, np.array(wm), np.array(real), None if var is None else np.array(var), result)
             )

@@ -117,7 +117,7 @@ def _tiny_config(root, task, **changes):
 @pytest.mark.trl
 @pytest.mark.bwrap
 @pytest.mark.peft
-def test_sft_with_lora_lowers_the_loss_and_writes_a_policy_every_command_takes(tmp_path):
+def test_sft_with_lora_lowers_the_loss_and_writes_a_policy_every_command_takes(tmp_path, capsys):
     """A short LoRA run through the CLI: the run directory's layout, the loss falls, a checkpoint is
     complete (stage marker), the final folder is a merged plain model that records its lineage."""
     from wmrl.autoresearch.evaluation.run import load_policy, training_tasks_of
@@ -143,7 +143,11 @@ def test_sft_with_lora_lowers_the_loss_and_writes_a_policy_every_command_takes(t
     assert {"config.json", "corpus.jsonl", "corpus_report.json", "run_summary.json"} <= {
         p.name for p in out.iterdir()
     }
-    assert (list_checkpoints(out)[-1] / STAGE_FILE).is_file()
+    assert (list_checkpoints(out, STAGE_FILE)[-1] / STAGE_FILE).is_file()
+    assert not list_checkpoints(out)  # not an RL checkpoint: an RL trainer would not resume from it
+    # the CLI knows the stage's checkpoints are complete: the same command again points at --resume
+    assert main(argv) != 0
+    assert "continue it with --resume" in capsys.readouterr().err
     final = out / "final"
     assert not (final / "adapter_config.json").exists()  # merged: a plain model folder
     policy = json.loads((final / "wmrl_policy.json").read_text())

@@ -14,13 +14,12 @@ import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
 from wmrl.core.cli import main
 from wmrl.core.config import from_dict, load_config, to_dict
-from wmrl.core.pipeline import CORRECTOR_FILE, LEDGER_FILE
+from wmrl.core.pipeline import CORRECTOR_FILE, COST_REPORT_KEYS, LEDGER_FILE
 from wmrl.core.rundir import checkpoint_step, list_checkpoints
 
 pytestmark = [pytest.mark.matplotlib]
@@ -33,25 +32,7 @@ class Domain:
     overrides: list[str]
     steps: int
     marks: list = field(default_factory=list)
-    setup: object = None  # (tmp_path) -> extra overrides
-
-
-def _autoresearch(tmp_path: Path) -> list[str]:
-    from wmrl.autoresearch.llm.tiny import save_tiny_model
-    from wmrl.autoresearch.tasks.toy import make_toy_task
-
-    model = save_tiny_model(tmp_path / "tiny")
-    make_toy_task(tmp_path, "toy-regression")
-    make_toy_task(tmp_path, "toy-binary", kind="binary")
-    ids = json.dumps([str(tmp_path / "toy-regression"), str(tmp_path / "toy-binary")])
-    return [
-        f"model.path={model}",
-        f"tasks.ids={ids}",
-        "tasks.overview_tokens=1500",
-        "world_model.overview_tokens=1500",
-        "group_size=2",
-        "grpo.max_completion_tokens=12",
-    ]
+    fixture: str | None = None  # a fixture giving more overrides
 
 
 DOMAINS = [
@@ -61,7 +42,7 @@ DOMAINS = [
         [],
         steps=2,
         marks=[pytest.mark.trl, pytest.mark.bwrap, pytest.mark.peft],
-        setup=_autoresearch,
+        fixture="tiny_autoresearch",
     ),
     Domain(
         "embodied",
@@ -85,8 +66,7 @@ def _load(path: str):
     return load_object(path)
 
 
-def _command(domain: Domain, tmp_path: Path) -> list[str]:
-    extra = domain.setup(tmp_path) if domain.setup else []
+def _command(domain: Domain, extra: list[str]) -> list[str]:
     return ["train", domain.name, "--no-progress", *domain.overrides, *extra, "checkpoint.every=1"]
 
 
@@ -102,8 +82,8 @@ def domain(request):
     return d
 
 
-def test_every_domain_keeps_the_contract(domain, tmp_path, capsys):
-    base = _command(domain, tmp_path)
+def test_every_domain_keeps_the_contract(domain, tmp_path, capsys, request):
+    base = _command(domain, request.getfixturevalue(domain.fixture) if domain.fixture else [])
     # --print-config is exactly the config the run records
     assert main([*base, f"steps={domain.steps}", "--print-config", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
@@ -126,20 +106,7 @@ def test_every_domain_keeps_the_contract(domain, tmp_path, capsys):
 
     # one cost-report layout
     report = json.loads((full / "cost_report.json").read_text())
-    assert set(report) == {
-        "spent",
-        "total",
-        "graded_rollouts",
-        "real_mode_estimate",
-        "note",
-        "mode",
-        "steps",
-        "per_item_s",
-        "accelerators_held",
-        "processes",
-        "device",
-        "details",
-    }
+    assert set(report) == COST_REPORT_KEYS
     assert report["steps"] == domain.steps and report["mode"] == printed["mode"]
     assert set(report["spent"]) >= {"generation", "world_model", "anchor", "update"}
 

@@ -60,3 +60,35 @@ def test_summary_fields():
 def test_ci95_closed_form():
     assert ci95(np.array([1.0])) == 0.0
     assert ci95(np.array([0.0, 2.0])) == pytest.approx(12.706 * np.sqrt(2) / np.sqrt(2), rel=1e-3)
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "flaky", "bernoulli"])
+def test_noisy_execution_is_noisy_and_real_execution_still_learns(kind):
+    cfg = replace(SMALL, exec_noise=kind)
+    rng = np.random.default_rng(0)
+    true = np.full((2000,), 0.6)
+    draws = cfg.execute(rng, true)
+    assert np.var(draws) > 0.001
+    if kind == "bernoulli":
+        assert set(np.unique(draws)) <= {0.0, 1.0}
+    assert abs(draws.mean() - (0.6 * (1 - cfg.flaky_rate) if kind == "flaky" else 0.6)) < 0.05
+    res = run_arm(cfg, "real", seed=0)
+    assert res.true_reward[-1] > res.true_reward[0] + 0.05
+
+
+def test_repeats_and_single_rollouts_are_costed_per_execution():
+    rep = run_arm(SMALL, "wmrl_repeats", seed=0, keep_metrics=True)
+    executed = sum(m["wmrl/executions"] for m in rep.metrics)
+    assert rep.executions.sum() == executed
+    assert any(m["wmrl/exec_repeats"] for m in rep.metrics)
+    single = run_arm(SMALL, "wmrl_rollout", seed=0, keep_metrics=True)
+    assert single.executions.sum() == sum(m["wmrl/executions"] for m in single.metrics)
+
+
+def test_declared_noise_follows_the_problem():
+    from wmrl.core.sources import NoiseModel
+
+    assert replace(SMALL, exec_noise="gaussian", exec_sd=0.2).declared_noise() == NoiseModel.gaussian(0.2**2)
+    assert replace(SMALL, exec_noise="bernoulli").declared_noise() == NoiseModel.bernoulli()
+    assert replace(SMALL, exec_noise="flaky").declared_noise() is None  # nobody knows their flakiness
+    assert replace(SMALL, declare_noise=False).declared_noise() is None

@@ -32,7 +32,8 @@ def test_calibration_reduces_within_group_disagreement():
     without = Corrector(CorrectorConfig.preset("uncorrected_mix"))
     a = _drive(with_map, rng, 60)
     b = _drive(without, np.random.default_rng(0), 60)
-    assert a[-1].metrics["wmrl/disagreement"] < 0.7 * b[-1].metrics["wmrl/disagreement"]
+    # Measured on standardised advantages, where a monotone distortion costs less than in reward units.
+    assert a[-1].metrics["wmrl/disagreement"] < 0.85 * b[-1].metrics["wmrl/disagreement"]
 
 
 def test_fusion_weights_are_a_convex_combination():
@@ -82,7 +83,7 @@ def test_bad_input_names_the_rule():
         c.correct(plan, np.zeros((1, 2)), np.full((1, 2), np.nan))
     stray = np.full((2, 2), np.nan)
     stray[~plan.anchor] = 0.5
-    with pytest.raises(ValueError, match="only the plan's anchor groups"):
+    with pytest.raises(ValueError, match="only the plan's executed rollouts"):
         c.correct(plan, np.zeros((2, 2)), stray)
     c.correct(plan, np.zeros((2, 2)), np.where(plan.anchor[:, None], np.full((2, 2), 0.5), np.nan))
     with pytest.raises(ValueError, match="plan is for step 0"):
@@ -101,3 +102,96 @@ def test_adaptive_budget_raises_the_fraction_when_disagreement_grows():
         c.correct(plan, rng.random((16, 8)), np.where(plan.anchor[:, None], true, np.nan))
     assert c.fraction > start
     assert c.fraction <= cfg.budget.max_fraction
+
+
+def _keyed_drive(corrector, rng, steps, n=16, size=8, noisy=False):
+    outs = []
+    for _ in range(steps):
+        picks = rng.integers(0, 6, (n, size))
+        truth = (picks / 6.0) ** 2
+        wm = np.clip(picks / 6.0 + rng.normal(0, 0.05, truth.shape), 0, 1)
+        solutions = [[f"t{i % 4}:{k}" for k in row] for i, row in enumerate(picks.tolist())]
+        plan = corrector.plan(
+            [f"{corrector.step_count}:{i}" for i in range(n)],
+            [f"t{i % 4}" for i in range(n)],
+            wm,
+            solution_keys=solutions,
+        )
+        draw = truth + (rng.normal(0, 0.05, truth.shape) if noisy else 0.0)
+        again = np.where(plan.repeat, draw + (rng.normal(0, 0.05, truth.shape) if noisy else 0.0), np.nan)
+        outs.append(
+            corrector.correct(
+                plan, wm, np.where(plan.execute, draw, np.nan), anchor_repeats=again, solution_keys=solutions
+            )
+        )
+    return outs
+
+
+def test_per_rollout_anchors_spend_the_same_executions_and_use_real_scores():
+    rng = np.random.default_rng(0)
+    groups_cfg = CorrectorConfig(scheduler=SchedulerConfig(fraction=0.25, floor=0), seed=1)
+    rollout_cfg = CorrectorConfig(
+        scheduler=SchedulerConfig(fraction=0.25, floor=0, rollout_share=1.0), seed=1
+    )
+    whole, single = Corrector(groups_cfg), Corrector(rollout_cfg)
+    wm = rng.random((16, 8))
+    keys = [f"k{i}" for i in range(16)]
+    p_whole, p_single = whole.plan(keys, wm_scores=wm), single.plan(keys, wm_scores=wm)
+    assert p_whole.execute.sum() == p_single.execute.sum() > 0  # the same budget of executions
+    assert not p_single.anchor.any()
+    rows = np.flatnonzero(p_single.execute.any(axis=1))
+    assert all(p_single.execute[r, np.nanargmax(wm[r])] for r in rows)  # each group's top-scored one
+    real = np.where(p_single.execute, 0.0, np.nan)
+    out = single.correct(p_single, wm, real)
+    assert (out.rewards[p_single.execute] == 0.0).all() and out.executed[p_single.execute].all()
+    assert out.metrics["wmrl/rollout_anchors"] == p_single.execute.sum()
+    with pytest.raises(ValueError, match="wm_scores"):
+        single.plan(keys)
+
+
+def test_an_executed_solution_serves_its_duplicates_in_world_model_groups():
+    c = Corrector(CorrectorConfig(scheduler=SchedulerConfig(fraction=0.0, floor=0, rollout_share=1.0)))
+    c.fraction = 0.5  # one group's worth of single rollouts below
+    wm = np.array([[0.9, 0.9, 0.2, 0.1], [0.4, 0.3, 0.2, 0.1]])
+    solutions = [["a", "a", "b", "c"], ["d", "e", "f", "g"]]
+    plan = c.plan(["g0", "g1"], wm_scores=wm, solution_keys=solutions)
+    real = np.where(plan.execute, 0.05, np.nan)
+    out = c.correct(plan, wm, real, solution_keys=solutions)
+    # One group's worth (4) of single rollouts: the top distinct solutions a, d, then b, e.
+    assert plan.execute.sum() == 4 and plan.execute[0, 0] and not plan.execute[0, 1]
+    assert out.rewards[0, 0] == out.rewards[0, 1] == 0.05  # the duplicate got the real score too
+    assert out.executed[0, :2].all() and not out.executed[0, 3]
+
+
+def test_resume_is_bit_identical_with_every_new_feature(tmp_path):
+    cfg = CorrectorConfig(
+        scheduler=SchedulerConfig(fraction=0.25, rollout_share=0.5, repeat_share=0.3),
+        fusion=FusionConfig(persistence="measured", min_groups=2, min_keyed_rollouts=8, min_repeats=4),
+        debias=DebiasConfig(min_pairs=16),
+    )
+    a = Corrector(cfg)
+    _keyed_drive(a, np.random.default_rng(0), 12, noisy=True)
+    b = Corrector.load(a.save(tmp_path / "c.json"))
+    for out_a, out_b in zip(
+        _keyed_drive(a, np.random.default_rng(9), 8, noisy=True),
+        _keyed_drive(b, np.random.default_rng(9), 8, noisy=True),
+        strict=True,
+    ):
+        assert np.array_equal(out_a.advantages, out_b.advantages, equal_nan=True)
+        assert np.array_equal(out_a.executed, out_b.executed)
+        assert out_a.metrics == out_b.metrics
+    assert out_a.metrics["wmrl/persistence"] is not None
+    assert out_a.metrics["wmrl/exec_noise_route"] == 2.0
+
+
+def test_a_per_group_affine_world_model_gets_equal_weights_end_to_end():
+    """fusion_only (the map would mix groups' scales): wm = a_g·real + b_g gives the real advantages."""
+    c = Corrector(CorrectorConfig.preset("fusion_only", fusion=FusionConfig(min_groups=2)))
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        real = rng.random((16, 8))
+        wm = rng.uniform(0.1, 5.0, (16, 1)) * real + rng.uniform(-1, 1, (16, 1))
+        plan = c.plan([f"{c.step_count}:{i}" for i in range(16)])
+        out = c.correct(plan, wm, np.where(plan.anchor[:, None], real, np.nan))
+    assert out.metrics["wmrl/variance_ratio"] == pytest.approx(1.0, abs=1e-4)
+    np.testing.assert_allclose(out.weights, 1.0, atol=1e-4)

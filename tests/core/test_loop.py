@@ -195,3 +195,22 @@ def test_ctrl_c_finishes_the_step_checkpoints_and_stops(tmp_path):
     again = _trainer(ToyConfig(), tmp_path / "run", resume=True)
     assert again.step == 2
     again.run()
+
+
+def test_a_trainer_without_a_correction_names_its_own_checkpoint_marker(tmp_path):
+    # e.g. supervised fine-tuning: its checkpoints hold no wmrl_corrector.json
+    run = tmp_path / "sft"
+    done = run / "checkpoints" / "checkpoint-4"
+    done.mkdir(parents=True)
+    (done / "trainer_state.json").write_text("{}")
+    (run / "checkpoints" / "checkpoint-6").mkdir()  # no marker: an incomplete checkpoint
+    (run / "metrics.jsonl").write_text("")
+    assert list_checkpoints(run) == []  # not a correction checkpoint
+    assert list_checkpoints(run, marker="trainer_state.json") == [done]
+    resumed = RunDirectory(run, resume=True, marker="trainer_state.json")
+    assert resumed.checkpoint == done and not resumed.restarted
+    with pytest.raises(RunDirError, match="continue it with --resume"):
+        RunDirectory(run, marker="trainer_state.json")
+    with pytest.raises(RunDirError, match=r"has no trainer_state\.json"):
+        RunDirectory(run, resume_from=run / "checkpoints" / "checkpoint-6", marker="trainer_state.json")
+    assert RunDirectory(run, resume_from=done, marker="trainer_state.json").checkpoint == done

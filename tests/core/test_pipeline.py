@@ -11,7 +11,7 @@ from wmrl.core.config import ConfigError
 from wmrl.core.corrector import METRICS, Corrector, CorrectorConfig
 from wmrl.core.debias import DebiasConfig
 from wmrl.core.modes import Mode, resolve_corrector
-from wmrl.core.pipeline import CORRECTOR_FILE, LEDGER_FILE, RewardPipeline
+from wmrl.core.pipeline import CORRECTOR_FILE, COST_REPORT_KEYS, LEDGER_FILE, RewardPipeline
 from wmrl.core.rollouts import Exact, Group
 from wmrl.core.scheduler import SchedulerConfig
 from wmrl.core.sources import Grade, SourceError, as_source
@@ -220,20 +220,7 @@ def test_cost_report_has_one_layout():
     pipe = RewardPipeline(wm, real)
     pipe.step(_groups(np.random.default_rng(0), 0))
     report = pipe.cost_report(steps=1, details={"note": "x"})
-    assert set(report) == {
-        "spent",
-        "total",
-        "graded_rollouts",
-        "real_mode_estimate",
-        "note",
-        "mode",
-        "steps",
-        "per_item_s",
-        "accelerators_held",
-        "processes",
-        "device",
-        "details",
-    }
+    assert set(report) == COST_REPORT_KEYS
     assert report["mode"] == "wmrl" and report["details"] == {"note": "x"}
     assert report["per_item_s"]["generation"] is None  # nothing generated: unknown, not 0
 
@@ -257,3 +244,54 @@ def test_active_scheduler_scores_the_world_model_first():
     )
     pipe.step(_groups(np.random.default_rng(0), 0))
     assert order == ["wm", "real"]
+
+
+def test_step_passes_the_anchor_sources_declared_noise():
+    from wmrl.core.sources import NoiseModel
+
+    wm, real = _sources()
+    real.noise = NoiseModel.gaussian(0.01)
+    out = RewardPipeline(wm, real).step(_groups(np.random.default_rng(0), 0))
+    assert out.metrics["wmrl/exec_noise_route"] == 1.0
+    assert out.metrics["wmrl/exec_noise_var"] == pytest.approx(0.01)
+
+
+def test_repeats_execute_twice_and_measure_the_noise():
+    rng = np.random.default_rng(0)
+    calls = []
+
+    def noisy(items):  # real execution with Gaussian noise of variance 0.04 on every call
+        calls.append(len(items))
+        return [float(x + rng.normal(0, 0.2)) for x in items]
+
+    wm = as_source(lambda items: [float(x) for x in items], "world_model", "wm")
+    real = as_source(noisy, "anchor", "real")
+    config = CorrectorConfig(scheduler=SchedulerConfig(fraction=0.5, repeat_share=1.0))
+    pipe = RewardPipeline(wm, real, corrector=config)
+    for step in range(40):
+        out = pipe.step(_groups(np.random.default_rng(step), step))
+    assert len(calls) == 80  # every step: the executions, then the same rollouts again
+    assert out.metrics["wmrl/exec_repeats"] > 0
+    assert out.metrics["wmrl/exec_noise_measured"] == pytest.approx(0.04, rel=0.2)
+    assert not np.isnan(out.scores.real_repeat[~np.isnan(out.scores.real)]).any()
+
+
+def test_per_rollout_anchors_execute_single_rollouts_after_the_world_model():
+    order = []
+
+    def wm(items):
+        order.append("wm")
+        return [float(x) for x in items]
+
+    def real(items):
+        order.append(len(items))
+        return [float(x) for x in items]
+
+    config = CorrectorConfig(scheduler=SchedulerConfig(fraction=0.25, floor=0, rollout_share=1.0))
+    pipe = RewardPipeline(
+        as_source(wm, "world_model", "wm"), as_source(real, "anchor", "real"), corrector=config
+    )
+    out = pipe.step(_groups(np.random.default_rng(0), 0))
+    executed = ~np.isnan(out.scores.real)
+    assert order[0] == "wm" and order[1] == executed.sum()
+    assert not out.anchor.any() and 0 < executed.sum() < executed.size  # single rollouts, no whole group

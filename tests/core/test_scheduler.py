@@ -94,3 +94,51 @@ def test_state_round_trip():
     keys = [f"x{i}" for i in range(12)]
     tasks = [f"t{i % 4}" for i in range(12)]
     assert np.array_equal(s.select(10, keys, tasks), t.select(10, keys, tasks))
+
+
+def test_per_rollout_anchors_take_each_groups_top_scored_rollout_first():
+    s = AnchorScheduler(SchedulerConfig(rollout_share=1.0), seed=0)
+    wm = np.array([[0.1, 0.9, 0.5], [0.7, 0.2, np.nan], [0.3, 0.3, 0.8], [0.6, 0.1, 0.2]])
+    anchor = np.array([False, False, False, True])
+    keys = [f"g{i}" for i in range(4)]
+    mask = s.select_rollouts(0, keys, wm, anchor, budget=3)
+    assert mask.sum() == 3 and not mask[3].any()  # never inside an anchor group
+    assert mask[0, 1] and mask[1, 0] and mask[2, 2]  # every group's top-scored rollout
+    more = s.select_rollouts(0, keys, wm, anchor, budget=5)
+    assert more.sum() == 5 and (more & mask).sum() == 3  # then the second-ranked ones
+    assert not more[1, 2]  # an unknown score is never chosen
+    np.testing.assert_array_equal(more, s.select_rollouts(0, keys, wm, anchor, budget=5))
+
+
+def test_per_rollout_anchors_execute_a_solution_once():
+    s = AnchorScheduler(SchedulerConfig(rollout_share=1.0), seed=0)
+    wm = np.array([[0.9, 0.8, 0.1], [0.5, 0.4, 0.3]])
+    solutions = np.array([["a", "a", "b"], ["a", "c", "d"]], dtype=object)
+    mask = s.select_rollouts(0, ["g0", "g1"], wm, np.zeros(2, bool), budget=3, solution_keys=solutions)
+    chosen = solutions[mask].tolist()
+    assert sorted(chosen) == ["a", "b", "c"]  # "a" once, then each group's next distinct solution
+    assert not mask[0, 1]  # the duplicate of "a" is never executed
+
+
+def test_repeats_are_a_hashed_share_of_executed_rollouts():
+    s = AnchorScheduler(SchedulerConfig(repeat_share=0.25), seed=3)
+    execute = np.zeros((400, 8), bool)
+    execute[::2] = True
+    rep = s.select_repeats(0, [f"k{i}" for i in range(400)], execute)
+    assert not (rep & ~execute).any()
+    assert rep.sum() / execute.sum() == pytest.approx(0.25, abs=0.03)
+
+
+def test_split_keeps_the_budget_and_the_floor():
+    s = AnchorScheduler(SchedulerConfig(rollout_share=0.5, floor=1), seed=0)
+    wholes = [s.split(step, 4, 16) for step in range(2000)]
+    assert min(wholes) >= 1 and max(wholes) <= 4
+    assert np.mean(wholes) == pytest.approx(2.0, abs=0.1)
+    assert AnchorScheduler(SchedulerConfig(rollout_share=1.0, floor=0)).split(0, 3, 16) == 0
+
+
+@pytest.mark.parametrize("field", ["rollout_share", "repeat_share"])
+def test_new_shares_are_validated(field):
+    for bad in (-0.1, 1.5, True):
+        with pytest.raises(ConfigError, match=field):
+            SchedulerConfig(**{field: bad})

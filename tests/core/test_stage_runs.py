@@ -15,6 +15,7 @@ from wmrl.core.rundir import (
     RunDirError,
     latest_checkpoint,
     list_checkpoints,
+    read_stage_marker,
     write_stage_marker,
 )
 from wmrl.core.train_config import LoggingConfig, SupervisedConfigBase
@@ -24,21 +25,25 @@ def test_a_stage_marker_makes_a_checkpoint_complete(tmp_path):
     run = tmp_path / "run"
     for step in (2, 4, 6):
         (run / "checkpoints" / f"checkpoint-{step}").mkdir(parents=True)
-    assert list_checkpoints(run) == []  # no marker: incomplete, never resumed from
+    assert list_checkpoints(run, STAGE_FILE) == []  # no marker: incomplete, never resumed from
     marker = write_stage_marker(run / "checkpoints" / "checkpoint-4", stage="sft", step=4)
     assert marker.name == STAGE_FILE and json.loads(marker.read_text()) == {"stage": "sft", "step": 4}
-    (run / "checkpoints" / "checkpoint-2" / CORRECTOR_FILE).write_text("{}")  # an RL checkpoint counts too
-    assert [p.name for p in list_checkpoints(run)] == ["checkpoint-2", "checkpoint-4"]
-    assert latest_checkpoint(run).name == "checkpoint-4"
+    assert read_stage_marker(marker.parent) == {"stage": "sft", "step": 4}
+    # each trainer names what completes its checkpoints: an RL checkpoint is not a stage's, nor the reverse
+    (run / "checkpoints" / "checkpoint-2" / CORRECTOR_FILE).write_text("{}")
+    assert [p.name for p in list_checkpoints(run, STAGE_FILE)] == ["checkpoint-4"]
+    assert [p.name for p in list_checkpoints(run)] == ["checkpoint-2"]
+    assert latest_checkpoint(run, STAGE_FILE).name == "checkpoint-4"
     (run / "metrics.jsonl").write_text("{}\n")
-    assert RunDirectory(run, resume=True).checkpoint.name == "checkpoint-4"
-    assert (
-        RunDirectory(run, resume_from=run / "checkpoints" / "checkpoint-4").checkpoint.name == "checkpoint-4"
-    )
+    assert RunDirectory(run, resume=True, marker=STAGE_FILE).checkpoint.name == "checkpoint-4"
+    four = run / "checkpoints" / "checkpoint-4"
+    assert RunDirectory(run, resume_from=four, marker=STAGE_FILE).checkpoint == four
+    with pytest.raises(RunDirError, match=CORRECTOR_FILE):
+        RunDirectory(run, resume_from=four)  # an RL trainer refuses a stage's checkpoint
     with pytest.raises(RunDirError, match=STAGE_FILE):
-        RunDirectory(run, resume_from=run / "checkpoints" / "checkpoint-6")
+        RunDirectory(run, resume_from=run / "checkpoints" / "checkpoint-6", marker=STAGE_FILE)
     with pytest.raises(RunDirError, match="--resume"):
-        RunDirectory(run)  # a run folder is never silently reused
+        RunDirectory(run, marker=STAGE_FILE)  # a run folder is never silently reused
 
 
 def test_supervised_base_validates_and_resumes_by_the_shared_rules():

@@ -139,7 +139,7 @@ def test_find_checkpoint_and_run_parsing(tmp_path, run_dir):
 
 
 def _fake_run(tmp_path: Path, vla: dict) -> Path:
-    (tmp_path / "checkpoints").mkdir(exist_ok=True)
+    (tmp_path / "checkpoints").mkdir(parents=True, exist_ok=True)
     (tmp_path / "checkpoints" / "step-000001-epoch-00-loss=inf.pt").touch()
     (tmp_path / "config.json").write_text(json.dumps({"vla": vla}))
     (tmp_path / "dataset_statistics.json").write_text("{}")
@@ -164,3 +164,60 @@ def test_read_run_knows_minivla_and_rejects_other_variants(tmp_path):
         read_run(_fake_run(tmp_path, dict(base, use_wrist_image=True)))
     with pytest.raises(ValueError, match="unknown base_vlm"):
         read_run(_fake_run(tmp_path, dict(base, base_vlm="prism-dinosiglip+7b")))
+
+
+def test_base_vlm_given_as_a_snapshot_folder_is_resolved_as_upstream(tmp_path):
+    # openvla-mini's load_vla: a base_vlm folder -> its config.json["model"]["model_id"]
+    snapshot = tmp_path / "hub" / "models--Stanford-ILIAD--prism-qwen25" / "snapshots" / "0a1b2c"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text(
+        json.dumps({"model": {"model_id": "prism-qwen25-extra-dinosiglip-224px+0_5b"}})
+    )
+    vla = {"base_vlm": str(snapshot), "action_tokenizer": "extra_action_tokenizer"}
+    assert read_run(_fake_run(tmp_path / "run", vla)).model_config == MINIVLA_1B
+    gone = dict(vla, base_vlm="/elsewhere/snapshots/0a1b2c")  # copied from another machine
+    with pytest.raises(ValueError, match="not on this machine"):
+        read_run(_fake_run(tmp_path / "run2", gone))
+    assert read_run(_fake_run(tmp_path / "run2", gone), base_vlm="prism-qwen25-extra-dinosiglip-224px+0_5b")
+    (snapshot / "config.json").write_text(json.dumps({"model": {}}))
+    with pytest.raises(ValueError, match="model_id"):
+        read_run(_fake_run(tmp_path / "run3", vla))
+
+
+def test_policy_json_minivla_type_loads_saved_folders_and_prismatic_runs(policy, run_dir, tmp_path):
+    from wmrl.embodied.eval.policy_loader import load_policy
+
+    obs, task = _frame(0), INSTRUCTION
+    # a Prismatic run directory with a policy.json next to its config.json
+    (run_dir / "policy.json").write_text(json.dumps({"type": "minivla", "kwargs": {"step": 1200}}))
+    loaded = load_policy(run_dir, unnorm_key="libero_10")  # tiny statistics are libero_10_no_noops: fallback
+    np.testing.assert_array_equal(loaded.act(obs, task).token_ids, policy.act(obs, task).token_ids)
+    assert loaded.config.device == "cpu" and loaded.config.dtype == "float32"  # auto on a CPU
+    # statistics of another suite are an error, not a silent use
+    with pytest.raises(KeyError, match="libero_90"):
+        load_policy(run_dir, unnorm_key="libero_90")
+    # a saved folder round-trips the observation contract, and auto device/dtype are stored
+    saved = policy.with_config(orientation="rotate180", render_size=224, jpeg_quality=95)
+    saved.save(tmp_path / "saved")
+    meta = json.loads((tmp_path / "saved" / "minivla.json").read_text())["policy"]
+    assert (meta["device"], meta["dtype"], meta["render_size"]) == ("auto", "auto", 224)
+    back = load_policy(tmp_path / "saved", temperature=0.0)
+    assert back.observation_contract == {
+        "camera": "agentview", "orientation": "rotate180", "render_size": 224, "jpeg_quality": 95,
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="apply to Prismatic run directories"):
+        load_policy(tmp_path / "saved", step=3)
+
+
+def test_jpeg_round_trip_changes_pixels_like_a_codec_and_is_applied_before_preprocessing(policy):
+    from wmrl.embodied.policy.image_transforms import jpeg_round_trip
+
+    frame = _frame(1)["agentview_image"]
+    back = jpeg_round_trip(frame, 95)
+    assert back.shape == frame.shape and back.dtype == np.uint8 and not np.array_equal(back, frame)
+    np.testing.assert_array_equal(jpeg_round_trip(frame, 95), back)  # deterministic
+    with_jpeg = policy.with_config(jpeg_quality=95)
+    np.testing.assert_allclose(
+        with_jpeg.pixel_values([{"agentview_image": frame}])["dino"].numpy(),
+        policy.pixel_values([{"agentview_image": back}])["dino"].numpy(),
+    )

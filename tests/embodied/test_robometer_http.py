@@ -219,3 +219,37 @@ def test_client_validates_its_arguments():
     client = RobometerHTTPClient("http://127.0.0.1:9")
     preds = client.predict([(np.zeros((2, 8, 8), np.uint8), TASK)])
     assert "invalid input" in preds[0].error
+
+
+@pytest.mark.slow
+def test_wmrl_serve_robometer_starts_a_server_with_health_and_scoring(unused_port):
+    import subprocess
+    import sys
+    import time
+
+    port = unused_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wmrl.core.cli", "serve", "robometer", "--tiny", "--port", str(port),
+         "--batch-size", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(240):
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as reply:
+                    health = json.loads(reply.read())
+                break
+            except OSError:
+                assert proc.poll() is None, proc.stdout.read()
+                time.sleep(0.5)
+        else:
+            raise AssertionError("the server did not answer /health within 120 s")
+        assert health["status"] == "healthy"
+        rng = np.random.default_rng(0)
+        trajectories = [(rng.integers(0, 255, size=(3, 32, 32, 3), dtype=np.uint8), TASK) for _ in range(3)]
+        out = RobometerHTTPClient(url, timeout_s=120).predict(trajectories)
+        assert len(out) == 3 and all(p.error is None and len(p.progress) == 3 for p in out)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

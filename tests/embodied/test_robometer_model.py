@@ -333,3 +333,26 @@ def test_bins_to_progress_is_what_predict_reports(robometer):
     np.testing.assert_allclose(
         robometer.predict(trajectories)[0].progress, bins_to_progress(logits).numpy(), atol=1e-6
     )
+
+
+def test_config_yaml_resized_size_is_read_and_not_applied_in_multi_image_mode(robometer, tmp_path):
+    from wmrl.embodied.worldmodel.robometer_checkpoint import read_robometer_config
+
+    folder = robometer.save_pretrained(tmp_path / "ckpt")
+    assert read_robometer_config(folder).data_resized is None
+    text = (folder / "config.yaml").read_text()
+    (folder / "config.yaml").write_text(
+        text.replace("resized_height: null", "resized_height: 128").replace(
+            "resized_width: null", "resized_width: 96"
+        )
+    )
+    assert read_robometer_config(folder).data_resized == (128, 96)
+    loaded = Robometer.from_pretrained(folder)
+    trajectories = [(_frames(3, n=3), TASK)]
+    # Robometer's collator ignores the size in multi-image mode: the same frames give the same scores
+    np.testing.assert_allclose(
+        loaded.predict(trajectories)[0].progress, robometer.predict(trajectories)[0].progress, atol=1e-6
+    )
+    (folder / "config.yaml").write_text(text.replace("resized_height: null", "resized_height: 128"))
+    with pytest.raises(ValueError, match="set together"):
+        read_robometer_config(folder)

@@ -75,7 +75,9 @@ class TurnContext:
         turns: K.
         tokenizer: the policy's tokenizer (chat template, decoding).
         template_kwargs: extra arguments of the chat template.
-        generate: ``(contexts, max_new_tokens) -> replies`` as token ids (through the first stop token).
+        generate: ``(contexts, max_new_tokens) -> replies`` as token ids (through the first stop token);
+            with ``sampling_logprobs``, ``(replies, logprobs)``: the sampler's log-probability of each
+            reply token (vLLM's, for TRL's importance-sampling correction).
         max_new_tokens: cap on each reply.
         stop_token_ids: tokens that end a reply.
         seconds / statuses: where the step's seconds per stream and real-execution outcomes go.
@@ -94,6 +96,7 @@ class TurnContext:
     stop_token_ids: set[int]
     seconds: Callable[[Mapping[str, float]], None]
     statuses: list[str] = field(default_factory=list)
+    sampling_logprobs: bool = False
 
 
 def feedback_suffix(
@@ -145,15 +148,22 @@ def multi_turn_rollout(ctx: TurnContext, prompts: list) -> dict[str, Any]:
     episodes = [ctx.episodes(p, row) for p, row in zip(prompts, ctx.rows, strict=True)]
     completion: list[list[int]] = [[] for _ in range(n)]
     env_mask: list[list[int]] = [[] for _ in range(n)]
+    # per completion token: the sampler's log-prob for reply tokens, 0.0 for observation tokens
+    # (masked out of the loss and of the importance-sampling ratio by env_mask), as TRL's tool loop does
+    logprobs: list[list[float]] | None = [[] for _ in range(n)] if ctx.sampling_logprobs else None
     wm_turns: list[list[float | None]] = [[] for _ in range(n)]
     last_status: list[str | None] = [None] * n
     ledger = ctx.pipeline.ledger
 
     for _turn in range(ctx.turns):
         start = time.perf_counter()
-        replies = ctx.generate(
+        generated = ctx.generate(
             [p + c for p, c in zip(prompt_ids, completion, strict=True)], ctx.max_new_tokens
         )
+        if ctx.sampling_logprobs:
+            replies, reply_logprobs = generated
+        else:
+            replies, reply_logprobs = generated, None
         elapsed = time.perf_counter() - start
         ledger.add("generation", elapsed, items=n)
         ctx.seconds({"generation": elapsed})
@@ -175,6 +185,12 @@ def multi_turn_rollout(ctx: TurnContext, prompts: list) -> dict[str, Any]:
             reply = replies[i]
             completion[i] += reply
             env_mask[i] += [1] * len(reply)
+            if logprobs is not None:
+                if len(reply_logprobs[i]) != len(reply):
+                    raise ValueError(
+                        f"the generator gave {len(reply_logprobs[i])} log-probs for a reply of {len(reply)} tokens"
+                    )
+                logprobs[i] += [float(x) for x in reply_logprobs[i]]
             if message is not None:
                 ended = bool(reply) and reply[-1] in ctx.stop_token_ids
                 suffix_ids = tokenizer(
@@ -182,6 +198,8 @@ def multi_turn_rollout(ctx: TurnContext, prompts: list) -> dict[str, Any]:
                 )["input_ids"]
                 completion[i] += suffix_ids
                 env_mask[i] += [0] * len(suffix_ids)
+                if logprobs is not None:
+                    logprobs[i] += [0.0] * len(suffix_ids)
 
     uses_wm = ctx.pipeline.world_model is not None
     wm_value: list[float | None] = []
@@ -197,7 +215,8 @@ def multi_turn_rollout(ctx: TurnContext, prompts: list) -> dict[str, Any]:
     return {
         "prompt_ids": prompt_ids,
         "completion_ids": completion,
-        "logprobs": None,  # TRL recomputes log-probs with the policy; sampling log-probs only serve vLLM
+        # TRL recomputes log-probs with the policy; the sampler's serve vLLM's importance-sampling correction
+        "logprobs": logprobs,
         "env_mask": env_mask,
         "wmrl_wm": [None if v is None or math.isnan(v) else float(v) for v in wm_value],
         "wmrl_real": [None if v is None or math.isnan(v) else float(v) for v in real_value],

@@ -180,6 +180,10 @@ class WMRLGRPOTrainer(GRPOTrainer):
             ``anchor_status/<label>`` share every step (labels not listed appear when seen).
         completions: write each batch's completions table here (``None``: not written).
         completions_to_print: rows of it printed per step (main process).
+        solution_key: ``item -> str | None``, which rollouts are the same solution (see
+            :class:`~wmrl.core.pipeline.RewardPipeline`).
+        metrics_fn: ``() -> {name: value}`` logged every step beside the corrector's (e.g. the real-
+            execution pool's ``pool/*`` counters); each rank logs its own process's.
         processing_class, callbacks, peft_config: as in TRL.
     """
 
@@ -202,6 +206,8 @@ class WMRLGRPOTrainer(GRPOTrainer):
         statuses: Sequence[str] = (),
         completions: CompletionsTable | None = None,
         completions_to_print: int = 0,
+        solution_key: Callable[[Any], str | None] | None = None,
+        metrics_fn: Callable[[], Mapping[str, float | None]] | None = None,
         processing_class: Any = None,
         callbacks: Sequence[TrainerCallback] | None = None,
         peft_config: Any = None,
@@ -224,7 +230,9 @@ class WMRLGRPOTrainer(GRPOTrainer):
                 f"the training dataset has no {prompt_id_column!r} column: every row needs a prompt id "
                 "(anchor groups are chosen from it, identically on every rank)"
             )
-        self.pipeline = RewardPipeline(world_model, anchor, mode=mode, corrector=corrector, ledger=ledger)
+        self.pipeline = RewardPipeline(
+            world_model, anchor, mode=mode, corrector=corrector, ledger=ledger, solution_key=solution_key
+        )
         if not isinstance(turns, int) or isinstance(turns, bool) or turns < 1:
             raise ValueError(f"turns must be an integer >= 1; got {turns!r}")
         multi_turn = turns > 1
@@ -239,6 +247,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
         self.statuses = tuple(dict.fromkeys([*statuses, "unknown"]))  # unknown: a source without labels
         self.completions = completions
         self.completions_to_print = completions_to_print
+        self.metrics_fn = metrics_fn
         self.stopped_early = False
         #: called with the phase of the step in progress ("generation", "scoring", "update"), for progress
         self.on_phase: Callable[[str], None] = lambda name: None
@@ -288,10 +297,17 @@ class WMRLGRPOTrainer(GRPOTrainer):
             raise ValueError(
                 "turns > 1 needs an episode factory (episodes=...): how a reply and its outcome become the next turn"
             )
+        sched = self.pipeline.corrector.config.scheduler
         if self.pipeline.plans_after_scoring:
             raise ValueError(
-                "the active scheduler (scheduler.active_share > 0) needs world-model scores before choosing "
-                "anchors, but with K > 1 anchors must be chosen before the rollout: set active_share to 0"
+                "the active scheduler (scheduler.active_share > 0) and per-rollout anchors (scheduler.rollout_share "
+                "> 0) need world-model scores before choosing what to execute, but with K > 1 anchors must be "
+                "chosen before the rollout: set both to 0"
+            )
+        if sched.repeat_share > 0:
+            raise ValueError(
+                "repeated executions (scheduler.repeat_share > 0) are not supported with K > 1 (which of a "
+                "trajectory's turns would be repeated?): set repeat_share to 0 or declare the anchor's noise"
             )
         for source in (self.pipeline.world_model, self.pipeline.anchor):
             if source is not None and not needs_of(source).feedback:
@@ -357,17 +373,31 @@ class WMRLGRPOTrainer(GRPOTrainer):
                 group_tasks.append(all_tasks[start])
         return _Step(group_keys, group_tasks if all_tasks is not None else None, len(inputs), list(inputs))
 
-    def _plan(self, step: _Step, wm_scores: np.ndarray | None = None) -> None:
+    def _plan(self, step: _Step, wm_scores: np.ndarray | None = None, solution_keys=None) -> None:
         start = time.perf_counter()
-        step.plan = self.pipeline.plan(step.group_keys, step.group_tasks, wm_scores)
+        step.plan = self.pipeline.plan(
+            step.group_keys,
+            step.group_tasks,
+            wm_scores,
+            group_size=self.num_generations,
+            solution_keys=solution_keys,
+        )
         step.add_time({"corrector": time.perf_counter() - start})
 
-    def local_anchor_rows(self, step: _Step) -> np.ndarray:
-        """bool ``(n_local,)``: which of this rank's rows belong to anchor groups."""
-        assert step.plan is not None
+    def _local(self, step: _Step, mask: np.ndarray) -> np.ndarray:
+        """This rank's rows of a ``(n_groups, G)`` mask of the gathered batch, flat ``(n_local,)``."""
         first = self.accelerator.process_index * step.n_local
-        rows = np.arange(first, first + step.n_local)
-        return np.asarray(step.plan.anchor)[rows // self.num_generations]
+        return np.asarray(mask).reshape(-1)[first : first + step.n_local]
+
+    def local_anchor_rows(self, step: _Step) -> np.ndarray:
+        """bool ``(n_local,)``: which of this rank's rows are executed for real (``Plan.execute``)."""
+        assert step.plan is not None
+        return self._local(step, step.plan.execute_mask(self.num_generations))
+
+    def local_repeat_rows(self, step: _Step) -> np.ndarray:
+        """bool ``(n_local,)``: which of this rank's rows are executed a second time (``Plan.repeat``)."""
+        assert step.plan is not None
+        return self._local(step, step.plan.repeat_mask(self.num_generations))
 
     # ------------------------------------------------------------------ TRL overrides
 
@@ -466,6 +496,10 @@ class WMRLGRPOTrainer(GRPOTrainer):
         if statuses:  # every known status every time, so averages over logging windows stay shares
             for status in dict.fromkeys([*self.statuses, *statuses]):
                 metrics[f"anchor_status/{status}"].append(statuses.count(status) / len(statuses))
+        if self.metrics_fn is not None:
+            for key, value in self.metrics_fn().items():
+                if value is not None:  # unknown is not zero
+                    metrics[key].append(float(value))
 
     def _write_completions(self, step: _Step, output: dict[str, Any]) -> None:
         if self.completions is None and not self.completions_to_print:
@@ -503,40 +537,61 @@ class WMRLGRPOTrainer(GRPOTrainer):
         device = self.accelerator.device
         if self.turns > 1:
             local = np.array(
-                [[_nan(row.get("wmrl_wm")), np.nan, _nan(row.get("wmrl_real"))] for row in inputs],
+                [[_nan(row.get("wmrl_wm")), np.nan, _nan(row.get("wmrl_real")), np.nan] for row in inputs],
                 dtype=np.float64,
             )
             step.row_statuses = [row.get("wmrl_status") for row in inputs]
+            local_keys = None
         else:
             texts = [completion_text(c) for c in completions]
             items = [self.item_fn(text, row) for text, row in zip(texts, inputs, strict=True)]
-            local = self._score_single_turn(step, items)
+            local_keys = self.pipeline.keys_of(items)
+            local = self._score_single_turn(step, items, local_keys)
         gathered = (
             self.accelerator.gather(torch.tensor(local, dtype=torch.float64, device=device)).cpu().numpy()
         )
         step.columns = gathered
         g = self.num_generations
-        wm, var, real = (gathered[:, k].reshape(-1, g) for k in range(3))
+        wm, var, real, repeats = (gathered[:, k].reshape(-1, g) for k in range(4))
+        keys = None
+        if local_keys is not None:
+            keys = np.array([k for rank in gather_object([local_keys]) for k in rank], dtype=object).reshape(
+                -1, g
+            )
         start = time.perf_counter()
-        correction = self.pipeline.correct(step.plan, wm, real, var, rollouts=step.n_local)
+        correction = self.pipeline.correct(
+            step.plan, wm, real, var, rollouts=step.n_local, repeats=repeats, solution_keys=keys
+        )
         step.add_time({"corrector": time.perf_counter() - start})
         step.correction = correction
         return torch.tensor(correction.rewards.reshape(-1, 1), dtype=torch.float32, device=device)
 
-    def _score_single_turn(self, step: _Step, items: list[Any]) -> np.ndarray:
-        """``(n_local, 3)``: world-model score, its per-call variance, real score (NaN = unknown / not graded)."""
-        if step.plan is None:  # active scheduler: the world model must score before anchors are chosen
-            first = self.pipeline.score(items, anchor=False)
-            step.add_time(first.seconds)
-            column = torch.tensor(first.wm, dtype=torch.float64, device=self.accelerator.device)
-            all_wm = self.accelerator.gather(column).cpu().numpy()
-            self._plan(step, all_wm.reshape(-1, self.num_generations))
-            second = self.pipeline.score(items, self.local_anchor_rows(step), world_model=False)
-            first.real, first.real_grades, first.statuses = second.real, second.real_grades, second.statuses
-            scores = first
+    def _score_single_turn(self, step: _Step, items: list[Any], keys: list[str | None] | None) -> np.ndarray:
+        """``(n_local, 4)``: world-model score, its per-call variance, real score, repeated real score
+        (NaN = unknown / not graded)."""
+        if step.plan is None:  # plans that read world-model scores: the world model scores first
+            scores = self.pipeline.score(items, anchor=False)
+            step.add_time(scores.seconds)
+            column = torch.tensor(scores.wm, dtype=torch.float64, device=self.accelerator.device)
+            all_wm = self.accelerator.gather(column).cpu().numpy().reshape(-1, self.num_generations)
+            all_keys = None
+            if keys is not None:
+                flat = [k for rank in gather_object([keys]) for k in rank]
+                all_keys = np.array(flat, dtype=object).reshape(-1, self.num_generations)
+            self._plan(step, all_wm, all_keys)
+            second = self.pipeline.score(
+                items,
+                self.local_anchor_rows(step),
+                world_model=False,
+                repeat_rows=self.local_repeat_rows(step),
+            )
             step.add_time(second.seconds)
+            scores.take_real(second)
+            scores.seconds = {}
         else:
-            scores = self.pipeline.score(items, self.local_anchor_rows(step))
+            scores = self.pipeline.score(
+                items, self.local_anchor_rows(step), repeat_rows=self.local_repeat_rows(step)
+            )
             step.add_time(scores.seconds)
         step.statuses.extend(scores.statuses)
         anchor_rows = self.local_anchor_rows(step)
@@ -552,8 +607,6 @@ class WMRLGRPOTrainer(GRPOTrainer):
 
     def turn_context(self, step: _Step) -> TurnContext:
         """Everything the K-turn rollout of this rank's rows needs (see :mod:`.multiturn`)."""
-        if self.use_vllm:
-            raise ValueError("K-turn rollouts generate with the in-process model here; set use_vllm=False")
         return TurnContext(
             rows=step.inputs,
             anchor=self.local_anchor_rows(step),
@@ -563,12 +616,38 @@ class WMRLGRPOTrainer(GRPOTrainer):
             turns=self.turns,
             tokenizer=self.processing_class,
             template_kwargs=dict(self.chat_template_kwargs or {}),
-            generate=self._generate_tokens,
+            generate=self._generate_tokens_vllm if self.use_vllm else self._generate_tokens,
             max_new_tokens=self.max_completion_length,
             stop_token_ids=set(self.eos_token_ids),
             seconds=step.add_time,
             statuses=step.statuses,
+            sampling_logprobs=bool(self.use_vllm),
         )
+
+    def _generate_tokens_vllm(
+        self, contexts: list[list[int]], max_new_tokens: int
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """One reply per context from TRL's vLLM (colocate or server; TRL synced the weights before the
+        rollout): the token ids through the first stop token and vLLM's log-prob of each.
+
+        vLLM caps replies at ``max_completion_length``, which is what K-turn episodes use per turn.
+        In server mode this is a collective (every rank calls it once per turn, K times)."""
+        if max_new_tokens != self.max_completion_length:
+            raise ValueError(
+                "vLLM generation caps replies at max_completion_length; K-turn turns use that cap"
+            )
+        _, completion_ids, logprobs, _ = self.vllm_generation.generate(
+            prompts=contexts, images=None, num_generations=1
+        )
+        stops = set(self.eos_token_ids)
+        replies, reply_logprobs = [], []
+        for ids, lps in zip(completion_ids, logprobs, strict=True):
+            ids = list(ids)
+            end = next((k + 1 for k, token in enumerate(ids) if token in stops), len(ids))
+            replies.append(ids[:end])
+            # vLLM gives per token a list (sampled token first); None where vLLM had no number (NaN)
+            reply_logprobs.append([float("nan") if lp[0] is None else float(lp[0]) for lp in lps[:end]])
+        return replies, reply_logprobs
 
     def _generate_tokens(self, contexts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
         """Sample one reply per context with the policy; the new token ids through the first stop token."""

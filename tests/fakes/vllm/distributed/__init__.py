@@ -1,0 +1,1 @@
+"""The fake vLLM's ``vllm.distributed``: NCCL weight transfer (server mode) is not faked."""

@@ -1,0 +1,1 @@
+"""The fake vLLM's ``vllm.utils`` (only what TRL imports)."""
