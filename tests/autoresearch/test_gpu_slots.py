@@ -109,7 +109,7 @@ def test_a_ray_pool_gives_its_slots_gpus_through_ray_and_every_execution_asks_fo
     from wmrl.autoresearch.training.devices import RequestGPU
 
     ray = ["sandbox.pool=ray", "sandbox.backend=subprocess", "sandbox.workers=3", "sandbox.ray.slots=3"]
-    with pytest.raises(ConfigError, match="ray.gpus_per_slot"):
+    with pytest.raises(ConfigError, match=r"ray\.gpus_per_slot"):
         load_config(TrainConfig, None, [*ray, "sandbox.gpus=[0]", "sandbox.workers=1", "sandbox.ray.slots=1"])
     assert load_config(TrainConfig, None, ray).sandbox.gpu_count == 0
     assert load_config(TrainConfig, None, [*ray, "sandbox.ray.gpus_per_slot=0.25"]).sandbox.gpu_count == 1
