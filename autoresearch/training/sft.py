@@ -76,8 +76,8 @@ class CorpusSection:
     ids: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     limit: int | None = None
-    agent_per_task: int = 5
-    world_model_per_task: int = 4
+    agent_per_task: int = 4
+    world_model_per_task: int = 3
     pool_size: int = 60
     seed: int = 0
     turns: int = 1
@@ -117,7 +117,8 @@ class WarmStartConfig(SupervisedConfigBase):
     batch_size: int = 4
     learning_rate: float = 1e-3
     lora: LoraConfig = field(default_factory=lambda: LoraConfig(r=16, alpha=32, target_modules=ALL_LINEAR))
-    model: ModelSection = field(default_factory=ModelSection)
+    # the embedded model itself: the warm start is what `smollm2-warm` (RL's default) is built from
+    model: ModelSection = field(default_factory=lambda: ModelSection(path="smollm2"))
     corpus: CorpusSection = field(default_factory=CorpusSection)
     sandbox: SandboxSection = field(default_factory=lambda: SandboxSection(time_limit_s=120.0))
     max_length: int = 2048

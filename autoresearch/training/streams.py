@@ -11,7 +11,7 @@ in both streams. (The real grader would otherwise *run* an empty script and call
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from wmrl.autoresearch.agent.actions import parse_action
@@ -20,7 +20,14 @@ from wmrl.autoresearch.grading.ladder import RewardLadder
 from wmrl.autoresearch.tasks.model import Solution
 from wmrl.core.rollouts import Exact
 
-__all__ = ["ItemFn", "solution_items", "solution_key"]
+__all__ = ["EXECUTION_METRICS", "ItemFn", "execution_metrics", "solution_items", "solution_key"]
+
+#: What :func:`execution_metrics` logs each step, over the step's real executions.
+EXECUTION_METRICS = {
+    "executed/valid_rate": "share of executed rollouts with a valid submission",
+    "executed/position": "mean leaderboard position score of executed rollouts (0 when not valid): avg@k's formula",
+    "executed/valid_position": "mean position of the valid executed rollouts",
+}
 
 #: ``(completion text, dataset row) -> item or Exact``.
 ItemFn = Callable[[str, Mapping[str, Any]], Any]
@@ -51,3 +58,21 @@ def solution_key(item: Any) -> str | None:
     if not isinstance(item, Solution):
         return None
     return hashlib.sha256(f"{item.task_id}\0{item.code}".encode()).hexdigest()[:16]
+
+
+def execution_metrics(grades: Sequence[Any]) -> dict[str, float | None]:
+    """Each step's measured outcome of the rollouts really executed (see :data:`EXECUTION_METRICS`).
+
+    ``grades``: the step's real-execution :class:`~wmrl.core.sources.Grade` s (``info`` is the grading
+    result's dict). Harness failures (value ``None``) are left out; with none left every value is ``None``.
+    """
+    known = [g for g in grades if g.value is not None]
+    if not known:
+        return dict.fromkeys(EXECUTION_METRICS)
+    positions = [float(g.info.get("position") or 0.0) if g.status == "valid" else 0.0 for g in known]
+    valid = [p for g, p in zip(known, positions, strict=True) if g.status == "valid"]
+    return {
+        "executed/valid_rate": len(valid) / len(known),
+        "executed/position": sum(positions) / len(known),
+        "executed/valid_position": sum(valid) / len(valid) if valid else None,
+    }

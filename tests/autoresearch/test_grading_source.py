@@ -68,3 +68,23 @@ def test_source_over_a_sandbox_pool_with_cache(task):
     assert [g.status for g in first] == ["valid", "runtime_error"]
     assert again[0].value == first[0].value
     assert again[0].info["cached"] is True and first[0].info["cached"] is False  # served from the cache
+
+
+def test_execution_metrics_are_the_valid_rate_and_mean_position_of_the_executed_rollouts():
+    """Closed form: 4 executions, one harness failure (left out), 2 valid at positions 0.5 and 0.9."""
+    from wmrl.autoresearch.training.streams import EXECUTION_METRICS, execution_metrics
+    from wmrl.core.sources import Grade
+
+    grades = [
+        Grade(0.75, "valid", info={"position": 0.5}),
+        Grade(0.95, "valid", info={"position": 0.9}),
+        Grade(0.1, "runtime_error", info={"position": None}),
+        Grade(None, "harness_error"),
+    ]
+    m = execution_metrics(grades)
+    assert set(m) == set(EXECUTION_METRICS)
+    assert m["executed/valid_rate"] == pytest.approx(2 / 3)
+    assert m["executed/position"] == pytest.approx((0.5 + 0.9 + 0.0) / 3)
+    assert m["executed/valid_position"] == pytest.approx(0.7)
+    assert execution_metrics([Grade(None)]) == dict.fromkeys(EXECUTION_METRICS)  # unknown, not zero
+    assert execution_metrics([Grade(0.1, "syntax_error")])["executed/valid_position"] is None

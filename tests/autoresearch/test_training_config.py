@@ -13,13 +13,15 @@ from wmrl.core.config import ConfigError, from_dict, load_config, to_dict
 def test_defaults_are_the_embedded_quickstart():
     c = TrainConfig()
     assert c.mode == "wmrl"
-    assert (
-        c.model.path == "smollm2" and c.world_model.backend.path is None
-    )  # a frozen copy of the agent's backbone
+    # the warm-started embedded model, and a frozen copy of it as the world model
+    assert c.model.path == "smollm2-warm" and c.world_model.backend.path is None
     assert c.model.device == "cpu" and c.sandbox.backend == "bwrap"
     assert c.tasks.split == "train" and not c.tasks.ids
     assert c.world_model.scoring == "status_probs"  # one prefill per script
-    assert 1 <= c.steps <= 5 and c.group_size >= 2 and c.episode.turns == 1
+    assert 1 <= c.steps <= 10 and c.group_size >= 2 and c.episode.turns == 1
+    # the anchors it prints are the anchors it realises: exactly floor-or-fraction groups per step
+    sched = c.corrector.scheduler
+    assert sched.fraction * c.groups_per_step == sched.floor == 1
     assert from_dict(TrainConfig, json.loads(json.dumps(to_dict(c)))) == c
 
 
@@ -78,7 +80,7 @@ def test_cli_prints_the_resolved_config_and_rejects_bad_ones(capsys, tmp_path):
     # the annotated YAML is the same config, with each key documented, and loads back through --config
     assert main(["train", "autoresearch", "--print-config", "steps=2", "mode=real"]) == 0
     text = capsys.readouterr().out
-    assert "# training steps" in text and "[default: 3]" in text
+    assert "# training steps" in text and "[default: 8]" in text
     assert from_dict(TrainConfig, yaml.safe_load(text)) == resolved
     (tmp_path / "printed.yaml").write_text(text)
     assert (

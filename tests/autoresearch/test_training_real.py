@@ -96,6 +96,7 @@ def test_grpo_with_the_sandbox_and_the_world_model(tmp_path, setup, mode):
     from wmrl.autoresearch.llm import load_model
     from wmrl.autoresearch.tasks import Solution, load_task
     from wmrl.autoresearch.training.run import ANCHOR_STATUSES
+    from wmrl.autoresearch.training.streams import execution_metrics
     from wmrl.core.corrector import Corrector, CorrectorConfig
     from wmrl.core.debias import DebiasConfig
     from wmrl.core.engines.trl import WMRLGRPOTrainer
@@ -129,6 +130,7 @@ def test_grpo_with_the_sandbox_and_the_world_model(tmp_path, setup, mode):
         world_model=wm,
         anchor=anchor,
         statuses=ANCHOR_STATUSES,
+        real_metrics=execution_metrics,
     )
     rec = Recorder(trainer)
     trainer.train()
@@ -172,6 +174,11 @@ def test_grpo_with_the_sandbox_and_the_world_model(tmp_path, setup, mode):
         assert sum(shares.values()) == pytest.approx(1.0) and shares["unknown"] == 0.0
         first_anchor = sum(int(p.anchor.sum()) for p, *_ in rec.corrections[:1]) * 4
         assert all(round(v * first_anchor, 6) == round(v * first_anchor) for v in shares.values())
+        # the step's measured valid rate is over the same executions as the status shares
+        assert logged["executed/valid_rate"] == pytest.approx(shares.get("valid", 0.0))
+        assert 0.0 <= logged["executed/position"] <= logged["executed/valid_rate"]
+    else:
+        assert not any(k.startswith("executed/") for k in trainer.state.log_history[0])
     if mode == "wmrl":
         assert trainer.corrector.debiaser.n_pairs >= 8
         assert trainer.ledger.streams["anchor"].items > 0 and trainer.ledger.streams["world_model"].items > 0

@@ -80,7 +80,8 @@ class TurnContext:
             reply token (vLLM's, for TRL's importance-sampling correction).
         max_new_tokens: cap on each reply.
         stop_token_ids: tokens that end a reply.
-        seconds / statuses: where the step's seconds per stream and real-execution outcomes go.
+        seconds / statuses / real_grades: where the step's seconds per stream and real-execution
+            outcomes (labels, and the grades themselves) go.
     """
 
     rows: list[Mapping[str, Any]]
@@ -97,6 +98,8 @@ class TurnContext:
     seconds: Callable[[Mapping[str, float]], None]
     statuses: list[str] = field(default_factory=list)
     sampling_logprobs: bool = False
+    #: the grades of this rank's real executions (every turn), for the domain's ``real_metrics``
+    real_grades: list[Any] = field(default_factory=list)
 
 
 def feedback_suffix(
@@ -175,6 +178,9 @@ def multi_turn_rollout(ctx: TurnContext, prompts: list) -> dict[str, Any]:
         scores = ctx.pipeline.score(items, ctx.anchor)
         ctx.seconds(scores.seconds)
         ctx.statuses.extend(scores.statuses)
+        ctx.real_grades.extend(
+            g for g, a in zip(scores.real_grades, ctx.anchor, strict=True) if a and g is not None
+        )
         feedback = scores.feedback(ctx.anchor)
         for i in range(n):
             grade = scores.real_grades[i] if ctx.anchor[i] else scores.wm_grades[i]

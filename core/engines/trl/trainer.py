@@ -117,6 +117,8 @@ class _Step:
     statuses: list[str] = field(default_factory=list)
     #: per local row the outcome label of the stream that trains it
     row_statuses: list[str | None] = field(default_factory=list)
+    #: this rank's real-execution grades (for ``real_metrics``)
+    real_grades: list[Any] = field(default_factory=list)
 
     def add_time(self, seconds: Mapping[str, float]) -> None:
         for name, value in seconds.items():
@@ -178,6 +180,10 @@ class WMRLGRPOTrainer(GRPOTrainer):
             scheduler stratifies by task; ``None``: no strata).
         statuses: the outcome labels real execution can report; each is logged as an
             ``anchor_status/<label>`` share every step (labels not listed appear when seen).
+        real_metrics: ``(grades of the step's real executions, every rank's) -> {name: value}``, the
+            domain's own measurements of what really happened (e.g. the mean leaderboard position of
+            the executed rollouts), logged every step beside ``anchor_status/*``; ``None`` values are
+            not logged (unknown is not zero).
         completions: write each batch's completions table here (``None``: not written).
         completions_to_print: rows of it printed per step (main process).
         solution_key: ``item -> str | None``, which rollouts are the same solution (see
@@ -204,6 +210,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
         prompt_id_column: str = "prompt_id",
         task_column: str | None = "task_id",
         statuses: Sequence[str] = (),
+        real_metrics: Callable[[Sequence[Any]], Mapping[str, float | None]] | None = None,
         completions: CompletionsTable | None = None,
         completions_to_print: int = 0,
         solution_key: Callable[[Any], str | None] | None = None,
@@ -245,6 +252,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
         self.prompt_id_column = prompt_id_column
         self.task_column = task_column
         self.statuses = tuple(dict.fromkeys([*statuses, "unknown"]))  # unknown: a source without labels
+        self.real_metrics = real_metrics
         self.completions = completions
         self.completions_to_print = completions_to_print
         self.metrics_fn = metrics_fn
@@ -486,10 +494,19 @@ class WMRLGRPOTrainer(GRPOTrainer):
         # whole batch: seconds summed over ranks (rank-seconds), statuses of every rank's executions.
         seconds: dict[str, float] = {}
         statuses: list[str] = []
-        for rank_seconds, rank_statuses in gather_object([(step.seconds, step.statuses)]):
+        grades: list[Any] = []
+        shared = step.real_grades if self.real_metrics is not None else []
+        for rank_seconds, rank_statuses, rank_grades in gather_object(
+            [(step.seconds, step.statuses, shared)]
+        ):
             for name, value in rank_seconds.items():
                 seconds[name] = seconds.get(name, 0.0) + value
             statuses.extend(rank_statuses)
+            grades.extend(rank_grades)
+        if self.real_metrics is not None and grades:
+            for key, value in self.real_metrics(grades).items():
+                if value is not None:
+                    metrics[key].append(float(value))
         for name in ("generation", "world_model", "anchor", "corrector"):
             if name in seconds:
                 metrics[f"cost/{name}_s"].append(seconds[name])
@@ -595,6 +612,9 @@ class WMRLGRPOTrainer(GRPOTrainer):
             step.add_time(scores.seconds)
         step.statuses.extend(scores.statuses)
         anchor_rows = self.local_anchor_rows(step)
+        step.real_grades.extend(
+            g for g, a in zip(scores.real_grades, anchor_rows, strict=True) if a and g is not None
+        )
         step.row_statuses = [
             (real.status if real is not None else None)
             if is_anchor
@@ -622,6 +642,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
             seconds=step.add_time,
             statuses=step.statuses,
             sampling_logprobs=bool(self.use_vllm),
+            real_grades=step.real_grades,
         )
 
     def _generate_tokens_vllm(
