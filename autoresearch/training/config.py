@@ -253,9 +253,10 @@ class TrainConfig(TrainConfigBase):
 
     resumable: ClassVar[tuple[str, ...]] = ("sandbox.workers",)
 
-    # The quickstart's budget: 8 steps of 2 groups x 4 rollouts, ~10 minutes on 2 CPU cores; a
-    # learning rate a LoRA policy moves at within that many updates.
-    steps: int = 8
+    # The quickstart's budget: 4 steps of 2 groups x 4 rollouts of <= 352 tokens (~150 s a step on 2
+    # free CPU cores: generation ~50 s, the LoRA update ~75 s, world model and sandbox the rest), about
+    # 10 minutes; a learning rate a LoRA policy moves at within that many updates.
+    steps: int = 4
     learning_rate: float = 5e-4
     corrector: CorrectorConfig = field(default_factory=_default_corrector)
     model: ModelSection = field(default_factory=ModelSection)

@@ -80,7 +80,7 @@ def test_cli_prints_the_resolved_config_and_rejects_bad_ones(capsys, tmp_path):
     # the annotated YAML is the same config, with each key documented, and loads back through --config
     assert main(["train", "autoresearch", "--print-config", "steps=2", "mode=real"]) == 0
     text = capsys.readouterr().out
-    assert "# training steps" in text and "[default: 8]" in text
+    assert "# training steps" in text and "[default: 4]" in text
     assert from_dict(TrainConfig, yaml.safe_load(text)) == resolved
     (tmp_path / "printed.yaml").write_text(text)
     assert (

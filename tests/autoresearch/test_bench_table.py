@@ -1,0 +1,62 @@
+"""``wmrl bench autoresearch``'s table is computed from the runs it saved: an entry recomputed by hand
+from the same files (the run folders' reports and logs) matches, and an unfinished run is left out
+(unknown, not zero)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+
+def _run(folder, *, mode, rewards, valid_rate, overall, wall, realised):
+    folder.mkdir(parents=True)
+    rows = [
+        {
+            "step": i + 1,
+            "reward": r,
+            **({"wmrl/anchor_fraction_realised": realised} if realised is not None else {}),
+        }
+        for i, r in enumerate(rewards)
+    ]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "run_summary.json").write_text(json.dumps({"wall_s": wall}))
+    spent = {"generation": {"wall_s": wall / 2}, "anchor": {"wall_s": wall / 4}}
+    cost = {"mode": mode, "spent": spent, "total": {"accel_s": 0.0}, "steps": len(rewards)}
+    (folder / "cost_report.json").write_text(json.dumps(cost))
+    (folder / "eval_report.json").write_text(json.dumps({"valid_rate": valid_rate, "overall": overall}))
+
+
+def test_one_entry_recomputed_from_the_saved_runs(tmp_path):
+    from wmrl.autoresearch.evaluation.bench import bench_table, modelled_cost
+
+    out = tmp_path / "bench"
+    seeds = {0: (0.25, 0.10, 300.0), 1: (0.50, 0.30, 320.0), 2: (0.75, 0.35, 310.0)}
+    for seed, (valid, overall, wall) in seeds.items():
+        rewards = [0.1 * seed, 0.2, 0.3, 0.4 + seed / 10]
+        _run(out / "runs" / f"wmrl-s{seed}", mode="wmrl", rewards=rewards, valid_rate=valid, overall=overall,
+             wall=wall, realised=0.5)  # fmt: skip
+        _run(out / "runs" / f"real-s{seed}", mode="real", rewards=rewards, valid_rate=valid / 2, overall=overall,
+             wall=2 * wall, realised=None)  # fmt: skip
+    (out / "runs" / "wmrl-s3").mkdir()  # interrupted: no summary, no cost report
+    (out / "bench.json").write_text(json.dumps({"modes": ["real", "wmrl"]}))
+
+    table = bench_table(out)
+    entry = table["modes"]["wmrl"]
+    assert entry["seeds"] == [0, 1, 2]  # the unfinished seed is not counted
+    valid = [seeds[s][0] for s in (0, 1, 2)]
+    assert entry["heldout_valid_rate"] == pytest.approx(statistics.fmean(valid))
+    assert entry["heldout_valid_rate_sem"] == pytest.approx(statistics.stdev(valid) / len(valid) ** 0.5)
+    # reward at the end: the last quarter of each run's logged steps (here its last step), over seeds
+    assert entry["reward_end"] == pytest.approx(statistics.fmean([0.4 + s / 10 for s in (0, 1, 2)]))
+    assert entry["reward_start"] == pytest.approx(statistics.fmean([0.1 * s for s in (0, 1, 2)]))
+    assert entry["measured_wall_s"] == pytest.approx(310.0)
+    assert entry["measured_stream_wall_s"]["generation"] == pytest.approx(155.0)
+    assert entry["anchor_fraction_realised"] == 0.5
+    assert entry["modelled_relative_cost"] == pytest.approx((269 + 0.5 * (883 - 269)) / 883)
+    assert modelled_cost(None) is None
+    # real mode executes everything; its measured wall time is the reference of the ratio
+    assert table["modes"]["real"]["anchor_fraction_realised"] == 1.0
+    assert entry["measured_wall_vs_real"] == pytest.approx(0.5)
+    assert table["start"] is None  # the starting policy was not evaluated: unknown
