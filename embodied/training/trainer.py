@@ -156,6 +156,10 @@ class LiberoDomain:
                     frame_cameras=(env.camera,),
                     frame_stride=env.frame_stride,
                     keep_observations=True,
+                    # on Ray a lost node's episodes run again elsewhere; never a failure of the policy
+                    on_error="retry" if env.simulators == "ray" else "raise",
+                    retries=env.ray.retries,
+                    ray=env.ray if env.simulators == "ray" else None,
                 ),
             )
         return self._runner
