@@ -1,4 +1,4 @@
-"""One rank of ``test_training_ranks.py``: the embodied smoke training under ``torchrun`` (gloo).
+"""One rank of ``test_embodied_ranks.py``: the embodied smoke training under ``torchrun`` (gloo).
 
 ``python -m torch.distributed.run --nproc_per_node=2 embodied_rank_worker.py OUT key=value...``:
 every rank builds :class:`EmbodiedTrainer` on the real LIBERO simulator (the smoke preset plus the
