@@ -265,7 +265,6 @@ def test_verl_has_no_cpu_platform_its_workers_ask_torch_for_nccl():
     group as ``cpu:gloo,cuda:nccl``, which a CPU build of torch refuses. If verl adds a CPU platform,
     this fails and the next blocker (the rollout servers) is the one left."""
     import torch.distributed as dist
-
     from verl.plugin.platform.platform_manager import PlatformRegistry, get_platform
 
     assert not dist.is_nccl_available()  # the CPU torch of this environment
