@@ -13,6 +13,7 @@ import pytest
 
 from wmrl.autoresearch.grading.grader import ExecutionGrader
 from wmrl.autoresearch.grading.source import ExecutionRewardSource
+from wmrl.autoresearch.sandbox.staging import readable_by_others
 from wmrl.autoresearch.tasks.toy import TOY_SOLUTION, make_toy_task
 from wmrl.core.engines.ray.config import RayPoolConfig
 
@@ -179,9 +180,15 @@ def test_public_data_is_shipped_to_nodes_that_lack_it(ray_cluster, task):
         shown[ship] = next(
             line for line in grade.info["stdout_tail"].splitlines() if line.startswith("DATA=")
         )
-    # shipped: the node's own unpacked copy; auto on one host: the task's folder in place
+    # shipped: the node's own unpacked copy, readable in place by the sandbox's user
     assert "wmrl-ray-data" in shown["always"] and str(task.public_dir) not in shown["always"]
-    assert shown["auto"] == f"DATA={task.public_dir}"
+    # auto on one host: the task's folder itself; the backend shows it as it is when its sandbox user
+    # can read it there, else as its verified read-only copy (a pytest tmp folder is 0700)
+    assert "wmrl-ray-data" not in shown["auto"]
+    if readable_by_others(task.public_dir):
+        assert shown["auto"] == f"DATA={task.public_dir}"
+    else:
+        assert "wmrl-sandbox-" in shown["auto"] and shown["auto"].endswith("/public")
 
 
 @pytest.mark.trl
