@@ -25,6 +25,15 @@ MODES = {
     "world_model": ("world_model", ()),
     "wmrl": ("wmrl", ()),
     "wmrl_rollout": ("wmrl", ("corrector.scheduler.rollout_share=1", "corrector.scheduler.floor=0")),
+    # the same, at the execution budget ``wmrl`` realises here (its floor of one group in four: 0.25)
+    "wmrl_rollout_0.25": (
+        "wmrl",
+        (
+            "corrector.scheduler.rollout_share=1",
+            "corrector.scheduler.floor=0",
+            "corrector.scheduler.fraction=0.25",
+        ),
+    ),
 }
 
 
