@@ -127,6 +127,8 @@ class _Runner:
             data_dir = self._data_dir(job)
         except (OSError, tarfile.TarError) as err:
             return _harness(f"public data unavailable on {self.host}: {type(err).__name__}: {err}", where)
+        # the worker's own sandbox stages (and verifies) its copy from here, whichever this is
+        where["data"] = "in place" if data_dir == Path(job["data_dir"]) else "shipped"
         result = self.sandbox.run(job["code"], data_dir, limits)
         submission = None
         if result.submission is not None and result.submission.exists():
@@ -239,7 +241,9 @@ class RaySandbox(Sandbox):
         record = dict(value["result"])
         record.pop("limits", None)  # Sandbox.run records the limits asked for
         result = ExecutionResult.from_dict(record)
-        result.warnings.append(f"ran on Ray node {value['host']} ({value['node'][:12]})")
+        result.warnings.append(
+            f"ran on Ray node {value['host']} ({value['node'][:12]}), public data {value['data']}"
+        )
         if value["submission"] is not None:
             dest = self.output_root / execution_id / "submission.csv"
             dest.parent.mkdir(parents=True, exist_ok=True)
