@@ -318,3 +318,14 @@ def test_each_rank_takes_its_own_gpu_and_the_run_config_stays_as_given():
     assert per_rank_devices(on_gpu, Processes()) is on_gpu  # one process: unchanged
     on_cpu = config.replace(policy=replace(config.policy, device="cpu"))
     assert per_rank_devices(on_cpu, second) is on_cpu
+
+
+def test_a_launch_of_several_processes_needs_out(monkeypatch, tmp_path, capsys):
+    """Under torchrun (WORLD_SIZE > 1) the default run folder, named by the time, would differ per rank."""
+    from wmrl.core.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(["train", "embodied", "--smoke", "--no-progress"]) == 2
+    assert "needs --out" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # refused before anything was written
