@@ -1,15 +1,17 @@
 """One process of the loop trainer's data-parallel test (``test_loop_ranks.py``), or the whole run alone.
 
-``python loop_rank_worker.py OUT SCHEDULER`` on one process, or the same under ``torchrun
+``python loop_rank_worker.py OUT SCHEDULER [resume]`` on one process, or the same under ``torchrun
 --nproc_per_node=2``: a bandit of 4 tasks, 4 groups per step, trained by :class:`LoopTrainer` with
 closed-form sources. Rollouts are seeded by (step, task) alone, so a rank rolls out exactly what a
 single process rolls out for the same group. Each process writes ``OUT/rank<r>.json``: the items its
 world model and its anchor graded, the final parameters, the corrector state and every step's
-correction.
+correction. With ``resume`` the run stops after step 2 and new trainers continue it from the
+checkpoint to step 3.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from dataclasses import dataclass, field
@@ -104,14 +106,7 @@ class Bandit:
         self.opt.load_state_dict(state["opt"])
 
 
-def main(out: Path, scheduler: str) -> None:
-    processes = Processes.from_env()
-    sched = (
-        SchedulerConfig(fraction=0.5, floor=1, active_share=1.0)
-        if scheduler == "active"
-        else SchedulerConfig(fraction=0.5, floor=1)
-    )
-    config = BanditConfig(corrector=CorrectorConfig(debias=DebiasConfig(min_pairs=4), scheduler=sched))
+def _trainer(config: BanditConfig, processes: Processes, run: Path, resume: bool = False):
     graded = {"wm": [], "anchor": []}
 
     def wm(items):
@@ -130,8 +125,24 @@ def main(out: Path, scheduler: str) -> None:
     )
     domain = Bandit(config, processes)
     trainer = LoopTrainer(
-        domain, pipeline, config, RunDirectory(out / "run"), progress=False, processes=processes
+        domain, pipeline, config, RunDirectory(run, resume=resume), progress=False, processes=processes
     )
+    return trainer, domain, graded
+
+
+def main(out: Path, scheduler: str, resume: bool) -> None:
+    processes = Processes.from_env()
+    sched = (
+        SchedulerConfig(fraction=0.5, floor=1, active_share=1.0)
+        if scheduler == "active"
+        else SchedulerConfig(fraction=0.5, floor=1)
+    )
+    config = BanditConfig(corrector=CorrectorConfig(debias=DebiasConfig(min_pairs=4), scheduler=sched))
+    if resume:  # stop after step 2 (its checkpoint), then continue in new trainers to step 3
+        first, _, _ = _trainer(dataclasses.replace(config, steps=2), processes, out / "run")
+        first.run()
+        first.close()
+    trainer, domain, graded = _trainer(config, processes, out / "run", resume=resume)
     steps = []
     while trainer.step < config.steps:
         done = trainer.train_step()
@@ -155,7 +166,9 @@ def main(out: Path, scheduler: str) -> None:
                 "wm_items": graded["wm"],
                 "anchor_items": graded["anchor"],
                 "logits": domain.logits.detach().tolist(),
-                "corrector_state": json.loads(json.dumps(pipeline.corrector.state_dict(), default=str)),
+                "corrector_state": json.loads(
+                    json.dumps(trainer.pipeline.corrector.state_dict(), default=str)
+                ),
                 "steps": steps,
                 "report": report,
             }
@@ -165,4 +178,4 @@ def main(out: Path, scheduler: str) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), sys.argv[2])
+    main(Path(sys.argv[1]), sys.argv[2], resume=sys.argv[3:] == ["resume"])

@@ -28,11 +28,11 @@ RANKS = 2
 GROUP = 4
 
 
-def _run(out: Path, scheduler: str, ranks: int, port: int) -> list[dict]:
+def _run(out: Path, scheduler: str, ranks: int, port: int, *extra: str) -> list[dict]:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("WORLD_SIZE", None)
     if ranks == 1:
-        command = [sys.executable, str(WORKER), str(out), scheduler]
+        command = [sys.executable, str(WORKER), str(out), scheduler, *extra]
     else:
         command = [
             sys.executable,
@@ -44,6 +44,7 @@ def _run(out: Path, scheduler: str, ranks: int, port: int) -> list[dict]:
             str(WORKER),
             str(out),
             scheduler,
+            *extra,
         ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -115,3 +116,18 @@ def test_rank_zero_writes_one_run_that_describes_every_rank(runs):
     assert len(saved) == RANKS
     assert sum(r["streams"]["world_model"]["items"] for r in saved) == 3 * 4 * GROUP
     assert [p.name for p in (root / "ranks").iterdir() if p.is_dir()] == ["run"]
+
+
+def test_two_ranks_resume_where_they_stopped(runs, tmp_path, unused_port):
+    """Stopped after step 2 and continued from its checkpoint on two ranks: the run that never stopped."""
+    root, _, (zero, _) = runs
+    scheduler = "active" if "active" in root.name else "keys"
+    again = _run(tmp_path, scheduler, RANKS, unused_port(), "resume")
+    assert again[0]["logits"] == again[1]["logits"] == zero["logits"]
+    assert again[0]["corrector_state"] == zero["corrector_state"]
+    assert [s["anchor"] for s in again[0]["steps"]] == [s["anchor"] for s in zero["steps"][2:]]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert again[0]["report"]["graded_rollouts"] == zero["report"]["graded_rollouts"]
+    # each rank got its own ledger back from the checkpoint
+    assert again[0]["report"]["spent"]["world_model"]["items"] == 3 * 4 * GROUP
