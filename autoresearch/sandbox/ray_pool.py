@@ -104,6 +104,9 @@ class _Runner:
                 for p in (scratch / "public").rglob("*"):
                     p.chmod(0o444 if p.is_file() else 0o555)
                 (scratch / "public").chmod(0o555)
+                # mkdtemp made it 0700: the sandbox's dedicated user must read the copy in place
+                # (else each backend stages one more verified copy of it)
+                scratch.chmod(0o555)
                 try:
                     scratch.rename(root)
                 except OSError:  # another worker of this node unpacked it first
