@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -171,6 +172,11 @@ def _train(
     if args.print_config:
         return _print_config(
             config, "json" if args.json else "yaml", f"{prog}: the resolved configuration (what runs)"
+        )
+    if not out and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        # the default name holds the time, which the ranks would each read differently
+        return _fail(
+            prog, "a run on several processes (torchrun) needs --out: every rank must use the same folder"
         )
     out = out or out_pattern.format(time=time.strftime("%Y%m%d-%H%M%S"), mode=getattr(config, "mode", "run"))
     try:

@@ -15,6 +15,16 @@ domain knows, which it asks of a :class:`LoopDomain`:
 
 Seeds, group choice and sampling must be functions of ``(seed, step, ...)`` or of state the domain
 saves, so that a resumed run continues exactly where it stopped.
+
+**Several processes** (``torchrun``; :class:`~wmrl.core.distributed.Processes`): every rank asks the
+domain for the step's groups (the same on every rank) and rolls out its contiguous share of them
+(:func:`~wmrl.core.distributed.shard`); the pipeline gathers keys and scores so the plan and the
+correction are the whole batch's on every rank (each rank grades only its own rollouts, on its own
+ledger); the domain's update trains on ``result.local_advantages`` and sums its gradients over the
+ranks, so the parameters stay identical. After the update each rank's batch (what the domain kept
+of it) is gathered for the metrics and the completions table, which describe the whole step. Rank 0
+alone writes the run directory; a checkpoint holds rank 0's domain files, the corrector once and
+every rank's ledger. A domain declares it supports this with ``data_parallel = True``.
 """
 
 from __future__ import annotations
@@ -31,8 +41,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from wmrl.core.completions import CompletionsTable, completion_rows, format_sample
+from wmrl.core.distributed import Processes, shard
 from wmrl.core.errors import Interrupted
 from wmrl.core.interrupt import GracefulStop
+from wmrl.core.ledger import CostLedger
 from wmrl.core.pipeline import RewardPipeline, StepResult
 from wmrl.core.rollouts import Group
 from wmrl.core.rundir import CHECKPOINTS, RunDirectory, list_checkpoints
@@ -96,6 +108,8 @@ class LoopTrainer:
         details: what the domain adds to ``cost_report.json`` under ``details`` (or a function that
             computes it when the report is written).
         device: the policy's device, for the cost report.
+        processes: the ranks of a data-parallel run (default: this process alone); see the module
+            docstring. Every rank constructs its trainer and calls :meth:`train_step` / :meth:`run`.
     """
 
     def __init__(
@@ -108,10 +122,18 @@ class LoopTrainer:
         progress: bool = True,
         details: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
         device: str | None = None,
+        processes: Processes | None = None,
     ) -> None:
         if pipeline.mode != config.mode:
             raise ValueError(
                 f"the pipeline runs mode {pipeline.mode.value!r} but the config says {config.mode.value!r}"
+            )
+        self.processes = processes or Processes()
+        if self.processes.distributed and not getattr(domain, "data_parallel", False):
+            raise ValueError(
+                f"{type(domain).__name__} does not declare data_parallel = True: it cannot train on "
+                f"{self.processes.world} processes (its update must train on result.local_advantages and "
+                "sum its gradients over the ranks)"
             )
         self.domain = domain
         self.pipeline = pipeline
@@ -122,11 +144,15 @@ class LoopTrainer:
         self.device = device
         self.step = 0
         self._bar = None
-        run_dir.open()
+        main = self.processes.is_main
+        self.processes.barrier()  # every rank has looked at the folder before the main one writes it
+        if main:
+            run_dir.open()
         if run_dir.checkpoint is not None:
             self._restore(run_dir.checkpoint)
-        self.writer = RunWriter(run_dir.path, config, report_to=config.logging.report_to)
-        self.completions = CompletionsTable(run_dir.path) if config.logging.completions else None
+        self.processes.barrier()
+        self.writer = RunWriter(run_dir.path, config, report_to=config.logging.report_to) if main else None
+        self.completions = CompletionsTable(run_dir.path) if config.logging.completions and main else None
         self._started_at = self.step
         self._last_saved = self.step if run_dir.checkpoint is not None else None
 
@@ -139,8 +165,10 @@ class LoopTrainer:
             )
         self.config.check_resume(state["config"])
         self.domain.load(folder)
-        self.pipeline.load(folder)
+        self.pipeline.load(folder, rank=self.processes.rank, world=self.processes.world)
         self.step = int(state["step"])
+        if not self.processes.is_main:
+            return
         # Steps logged after this checkpoint (a crash later) are redone: drop their lines.
         metrics = self.run_dir.path / "metrics.jsonl"
         if metrics.exists():
@@ -155,10 +183,17 @@ class LoopTrainer:
             table.drop_from(self.step)
 
     def save_checkpoint(self) -> Path:
-        """Write ``RUN/checkpoints/checkpoint-<step>/`` (through a temporary folder: never half written)."""
+        """Write ``RUN/checkpoints/checkpoint-<step>/`` (through a temporary folder: never half written).
+
+        With several processes every rank calls it (the ledgers are gathered); rank 0 writes."""
+        ledgers = self.processes.all_gather_object(self.pipeline.ledger.state_dict())
         root = self.run_dir.path / CHECKPOINTS
-        root.mkdir(parents=True, exist_ok=True)
         final = root / f"checkpoint-{self.step}"
+        self._last_saved = self.step
+        if not self.processes.is_main:
+            self.processes.barrier()  # the main process has written it
+            return final
+        root.mkdir(parents=True, exist_ok=True)
         tmp = root / f".checkpoint-{self.step}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
@@ -167,14 +202,14 @@ class LoopTrainer:
             tmp / TRAINER_FILE,
             {"format": CHECKPOINT_FORMAT, "step": self.step, "config": self.config.to_dict()},
         )
-        self.pipeline.save(tmp)
+        self.pipeline.save(tmp, ledger_states=ledgers)
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
         keep = self.config.checkpoint.keep
         if keep is not None:
             for old in list_checkpoints(self.run_dir.path)[:-keep]:
                 shutil.rmtree(old, ignore_errors=True)
-        self._last_saved = self.step
+        self.processes.barrier()
         return final
 
     # -- one step ------------------------------------------------------------------------------
@@ -185,25 +220,29 @@ class LoopTrainer:
     def train_step(self, batch: list[Group] | None = None) -> LoopStep:
         """Roll out, score, correct, update; log and (when due) checkpoint.
 
-        ``batch``: this step's rollouts, made elsewhere (the domain's ``rollout`` is then not called and
-        no generation time is booked).
+        ``batch``: this step's rollouts (this rank's share of them), made elsewhere (the domain's
+        ``rollout`` is then not called and no generation time is booked).
         """
         ledger = self.pipeline.ledger
+        processes = self.processes
         t0 = time.perf_counter()
         if batch is None:
             self._phase("rollouts")
-            groups = self.domain.groups(self.step)
+            groups = list(self.domain.groups(self.step))
+            groups = groups[shard(len(groups), processes.rank, processes.world)]
             with ledger.measure("generation", items=len(groups) * self.config.group_size):
-                batch = self.domain.rollout(groups, self.step)
+                batch = self.domain.rollout(groups, self.step) if groups else []
         n_rollouts = sum(len(g.items) for g in batch)
         t_rollout = time.perf_counter()
         self._phase("scoring")
-        result = self.pipeline.step(batch)
+        result = self.pipeline.step(batch, processes=processes)
         t_score = time.perf_counter()
         self._phase("update")
         with ledger.measure("update", items=n_rollouts):
             updated = dict(self.domain.update(batch, result, self.step))
         t_update = time.perf_counter()
+        if processes.distributed:  # the whole step's rollouts (what the update left of them), in rank order
+            batch = [g for part in processes.all_gather_object(batch) for g in part]
         metrics: dict[str, Any] = dict(result.metrics)
         metrics.update(self.domain.metrics(batch, result))
         metrics.update(updated)
@@ -227,7 +266,8 @@ class LoopTrainer:
             self.save_checkpoint()
         metrics["time/checkpoint_s"] = time.perf_counter() - t_ckpt
         metrics["time/step_s"] = time.perf_counter() - t0
-        self.writer.log(self.step - 1, metrics)
+        if self.writer is not None:
+            self.writer.log(self.step - 1, metrics)
         return LoopStep(batch, result, metrics)
 
     def _write_completions(self, batch: list[Group], result: StepResult) -> None:
@@ -272,7 +312,7 @@ class LoopTrainer:
             initial=self.step,
             desc=f"train ({cfg.mode.value})",
             unit="step",
-            disable=not (self.progress and cfg.logging.progress),
+            disable=not (self.progress and cfg.logging.progress and self.processes.is_main),
             file=sys.stderr,
             dynamic_ncols=True,
         )
@@ -283,10 +323,10 @@ class LoopTrainer:
                         out = self.train_step()
                         self._bar.set_postfix(self._postfix(out.metrics), refresh=False)
                         self._bar.update(1)
-                        if stop.requested:
+                        if self._stop_requested(stop):
                             break
                 except KeyboardInterrupt:  # the second Ctrl-C: stop now
-                    if self.step == self._started_at and self.run_dir.abandon():
+                    if self.step == self._started_at and self.processes.is_main and self.run_dir.abandon():
                         raise Interrupted(
                             "interrupted before the first step completed; nothing was kept"
                         ) from None
@@ -300,12 +340,13 @@ class LoopTrainer:
                     ) from None
                 except BaseException:
                     if self.step == self._started_at:
-                        self.writer.close()
-                        self.run_dir.abandon()
+                        self.close()
+                        if self.processes.is_main:
+                            self.run_dir.abandon()
                     raise
                 if self._last_saved != self.step:
                     self.save_checkpoint()
-                if stop.requested and self.step < cfg.steps:
+                if self._stop_requested(stop) and self.step < cfg.steps:
                     self.finish()
                     raise Interrupted(
                         f"stopped after step {self.step}; checkpoint saved; continue with: {self.run_dir.resume_hint}"
@@ -314,6 +355,10 @@ class LoopTrainer:
             self._bar.close()
             self._bar = None
         return self.finish()
+
+    def _stop_requested(self, stop: GracefulStop) -> bool:
+        """Whether any rank was asked to stop (every rank then stops after the same step)."""
+        return any(self.processes.all_gather_object(bool(stop.requested)))
 
     @staticmethod
     def _postfix(metrics: Mapping[str, Any]) -> dict[str, str]:
@@ -328,16 +373,33 @@ class LoopTrainer:
         return shown
 
     def finish(self) -> dict[str, Any]:
-        """Write the plots and ``cost_report.json``; returns the cost report."""
-        if self.config.logging.plots:
-            plot_run(self.run_dir.path, self.pipeline.corrector.debiaser)
-        details = self.details() if callable(self.details) else self.details
-        report = self.pipeline.cost_report(steps=self.step, device=self.device, details=details)
-        self.writer.write_json("cost_report.json", report)
+        """Write the plots and ``cost_report.json``; returns the cost report (every rank's costs; with
+        several processes every rank calls it, the main one writes)."""
+        processes = self.processes
+        ledger = self.pipeline.ledger
+        if processes.distributed:
+            ledger = CostLedger.merged(processes.all_gather_object(ledger.state_dict()))
+        details = None
+        if processes.is_main:
+            if self.config.logging.plots:
+                plot_run(self.run_dir.path, self.pipeline.corrector.debiaser)
+            details = self.details() if callable(self.details) else self.details
+        details = processes.broadcast_object(details)
+        report = self.pipeline.cost_report(
+            steps=self.step,
+            ledger=ledger,
+            processes=processes.world,
+            device=self.device,
+            details=details,
+        )
+        if self.writer is not None:
+            self.writer.write_json("cost_report.json", report)
+        processes.barrier()
         return report
 
     def close(self) -> None:
-        self.writer.close()
+        if self.writer is not None:
+            self.writer.close()
 
 
 def _nanmean(values: np.ndarray) -> float | None:

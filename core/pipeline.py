@@ -11,7 +11,10 @@ in that list except generation and the update is :class:`RewardPipeline`:
   :class:`~wmrl.core.rollouts.Exact` rollouts cost nothing and reach both streams exactly;
 * **correct** (:meth:`RewardPipeline.correct`): calibration, fusion and group advantages on the
   whole batch (an engine that scores per rank gathers first);
-* :meth:`RewardPipeline.step` does all three for a single process.
+* :meth:`RewardPipeline.step` does all three, for a single process or, given the run's
+  :class:`~wmrl.core.distributed.Processes`, for this rank's share of a data-parallel step (the
+  plan and the correction on the whole gathered batch, identically on every rank; each rank grades
+  only its own rollouts).
 
 It also owns what every run shares: the **mode** (``real`` / ``world_model`` / ``wmrl``, applied
 to the corrector in one place, :mod:`wmrl.core.modes`), the **checkpoint files** of the correction
@@ -33,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from wmrl.core.corrector import Correction, Corrector, CorrectorConfig, Plan
+from wmrl.core.distributed import Processes
 from wmrl.core.ledger import CostLedger
 from wmrl.core.modes import Mode, check_mode, resolve_corrector
 from wmrl.core.rollouts import Exact, Group
@@ -112,6 +116,26 @@ class Scores:
         gathers across ranks)."""
         return np.stack([self.wm, self.wm_variance, self.real, self.real_repeat], axis=1)
 
+    @classmethod
+    def concat(cls, parts: Sequence[Scores]) -> Scores:
+        """The scores of several flat lists of rollouts, one after the other (every rank's, in rank order)."""
+        seconds: dict[str, float] = {}
+        for part in parts:
+            for name, value in part.seconds.items():
+                seconds[name] = seconds.get(name, 0.0) + value
+        return cls(
+            np.concatenate([p.wm for p in parts]),
+            np.concatenate([p.wm_variance for p in parts]),
+            np.concatenate([p.real for p in parts]),
+            [g for p in parts for g in p.wm_grades],
+            [g for p in parts for g in p.real_grades],
+            [s for p in parts for s in p.statuses],
+            seconds,
+            np.concatenate(
+                [p.real_repeat if p.real_repeat is not None else np.full(len(p.wm), np.nan) for p in parts]
+            ),
+        )
+
     def take_real(self, other: Scores) -> None:
         """Adopt ``other``'s real-execution results (an engine that scored the two streams apart)."""
         self.real, self.real_grades, self.real_repeat = other.real, other.real_grades, other.real_repeat
@@ -134,12 +158,21 @@ class StepResult:
     """One step through :meth:`RewardPipeline.step`: the correction and the scores behind it.
 
     ``advantages``, ``rewards``, ``weights``, ``anchor`` and ``metrics`` are the correction's
-    (``(n_groups, G)`` arrays, NaN = masked; see :class:`~wmrl.core.corrector.Correction`).
+    (``(n_groups, G)`` arrays, NaN = masked; see :class:`~wmrl.core.corrector.Correction`) of the
+    whole step; ``scores`` the whole step's too. ``rows``: the rows of those arrays that are this
+    process's groups (every row for a single process; a rank's contiguous share in a data-parallel
+    step), so ``advantages[rows]`` is what this process trains on (:attr:`local_advantages`).
     """
 
     correction: Correction
     plan: Plan
     scores: Scores
+    rows: slice = field(default_factory=lambda: slice(None))
+
+    @property
+    def local_advantages(self) -> np.ndarray:
+        """``(n_local_groups, G)``: the advantages of this process's groups."""
+        return self.correction.advantages[self.rows]
 
     @property
     def advantages(self) -> np.ndarray:
@@ -387,8 +420,20 @@ class RewardPipeline:
         self.ledger.count_rollouts(wm.size if rollouts is None else rollouts)
         return correction
 
-    def step(self, groups: Sequence[Group], in_flight: int = 0) -> StepResult:
-        """Plan, score and correct ``groups`` in this process (see the module docstring)."""
+    def step(
+        self, groups: Sequence[Group], in_flight: int = 0, processes: Processes | None = None
+    ) -> StepResult:
+        """Plan, score and correct ``groups`` (see the module docstring).
+
+        ``processes``: the ranks of a data-parallel step; ``groups`` are then this rank's share of the
+        step, every rank's shares concatenated in rank order make the step's batch, and every rank must
+        call this together. Keys, tasks and group sizes are gathered first, so the plan is the whole
+        batch's on every rank; each rank grades its own rollouts (the world model all of them, real
+        execution the anchor groups' among them) and books them to its own ledger; the scores are
+        gathered and every rank corrects the same whole batch. The result's ``rows`` are this rank's.
+        """
+        if processes is not None and processes.distributed:
+            return self._step_ranks(groups, in_flight, processes)
         if not groups:
             raise ValueError("step() needs at least one group")
         for g in groups:
@@ -434,6 +479,83 @@ class RewardPipeline:
             solution_keys=solution_keys,
         )
         return StepResult(correction, plan, scores)
+
+    def _step_ranks(self, groups: Sequence[Group], in_flight: int, processes: Processes) -> StepResult:
+        """:meth:`step` for this rank's share of a data-parallel step."""
+        for g in groups:
+            if len(g.items) == 0:
+                raise ValueError(f"group {g.key!r} is empty: every group needs at least one rollout")
+        items = [item for g in groups for item in g.items]
+        mine = (
+            [g.key for g in groups],
+            [None if g.task is None else str(g.task) for g in groups],
+            [len(g.items) for g in groups],
+            self.keys_of(items),
+        )
+        every = processes.all_gather_object(mine)
+        keys = [k for part in every for k in part[0]]
+        if not keys:
+            raise ValueError("step() needs at least one group (on all ranks together)")
+        if len(set(keys)) != len(keys):
+            raise ValueError(
+                "the ranks' groups share keys: each rank must roll out its own share of the step"
+            )
+        all_tasks = [t for part in every for t in part[1]]
+        tasks = None if all(t is None for t in all_tasks) else [str(t) for t in all_tasks]
+        sizes = [n for part in every for n in part[2]]
+        width = max(sizes)
+        cells = np.zeros((len(keys), width), dtype=bool)
+        for i, n in enumerate(sizes):
+            cells[i, :n] = True
+        solution_keys = None
+        if self.solution_key is not None:
+            solution_keys = np.full((len(keys), width), None, dtype=object)
+            solution_keys[cells] = [k for part in every for k in part[3]]
+        start = sum(len(part[0]) for part in every[: processes.rank])
+        rows = slice(start, start + len(groups))
+        own = np.zeros((len(keys), width), dtype=bool)
+        own[rows] = cells[rows]
+        mine_in_flat = own[cells]  # this rank's rollouts among the step's, flat
+
+        def gathered(part: Scores) -> Scores:
+            return Scores.concat(processes.all_gather_object(part))
+
+        def matrix(flat: np.ndarray) -> np.ndarray:
+            out = np.full((len(keys), width), np.nan)
+            out[cells] = flat
+            return out
+
+        if self.plans_after_scoring:  # the plan reads every rank's world-model scores
+            scores = gathered(self.score(items, anchor=False))
+            plan = self.plan(keys, tasks, matrix(scores.wm), in_flight, width, solution_keys)
+            real = gathered(
+                self.score(
+                    items,
+                    plan.execute_mask(width)[cells][mine_in_flat],
+                    world_model=False,
+                    repeat_rows=plan.repeat_mask(width)[cells][mine_in_flat],
+                )
+            )
+            scores.take_real(real)
+        else:
+            plan = self.plan(keys, tasks, None, in_flight, width, solution_keys)
+            scores = gathered(
+                self.score(
+                    items,
+                    plan.execute_mask(width)[cells][mine_in_flat],
+                    repeat_rows=plan.repeat_mask(width)[cells][mine_in_flat],
+                )
+            )
+        correction = self.correct(
+            plan,
+            matrix(scores.wm),
+            matrix(scores.real),
+            matrix(scores.wm_variance),
+            rollouts=len(items),
+            repeats=matrix(scores.real_repeat),
+            solution_keys=solution_keys,
+        )
+        return StepResult(correction, plan, scores, rows)
 
     @staticmethod
     def _matrix(groups: Sequence[Group], flat: np.ndarray, width: int) -> np.ndarray:

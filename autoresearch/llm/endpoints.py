@@ -15,7 +15,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 from wmrl.autoresearch.llm.backend import (
     BackendBase,
@@ -25,7 +24,7 @@ from wmrl.autoresearch.llm.backend import (
     SamplingConfig,
     validate_conversations,
 )
-from wmrl.autoresearch.llm.openai_client import OpenAIChatBackend
+from wmrl.autoresearch.llm.openai_client import OpenAIChatBackend, complete_concurrently
 
 __all__ = ["EndpointPool"]
 
@@ -140,23 +139,11 @@ class EndpointPool(BackendBase):
         sampling: SamplingConfig,
         assistant_prefix: str | None = None,
     ) -> list[list[Completion]]:
-        conversations = validate_conversations(prompts)
-        results: list[list[Completion] | None] = [None] * len(conversations)
-        errors: list[str] = []
-
-        def run(k: int) -> None:
-            try:
-                results[k] = self._one(conversations[k], sampling, assistant_prefix)
-            except BackendError as err:
-                errors.append(f"prompt {k}: {err}")
-
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(conversations)))) as pool:
-            list(pool.map(run, range(len(conversations))))
-        if errors:
-            raise BackendError(
-                f"{len(errors)} of {len(conversations)} requests failed; first: {errors[0]}", partial=results
-            )
-        return results  # type: ignore[return-value]
+        return complete_concurrently(
+            lambda c: self._one(c, sampling, assistant_prefix),
+            validate_conversations(prompts),
+            self.concurrency,
+        )
 
 
 class _Late(OpenAIChatBackend):

@@ -17,7 +17,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -179,20 +179,35 @@ class OpenAIChatBackend(BackendBase):
         sampling: SamplingConfig,
         assistant_prefix: str | None = None,
     ) -> list[list[Completion]]:
-        conversations = validate_conversations(prompts)
-        results: list[list[Completion] | None] = [None] * len(conversations)
-        errors: list[str] = []
+        return complete_concurrently(
+            lambda c: self._one(c, sampling, assistant_prefix),
+            validate_conversations(prompts),
+            self.concurrency,
+        )
 
-        def run(i: int) -> None:
-            try:
-                results[i] = self._one(conversations[i], sampling, assistant_prefix)
-            except BackendError as err:
-                errors.append(f"prompt {i}: {err}")
 
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(conversations)))) as pool:
-            list(pool.map(run, range(len(conversations))))
-        if errors:
-            raise BackendError(
-                f"{len(errors)} of {len(conversations)} requests failed; first: {errors[0]}", partial=results
-            )
-        return results  # type: ignore[return-value]
+def complete_concurrently(
+    one: Callable[[Conversation], list[Completion]], conversations: list[Conversation], concurrency: int
+) -> list[list[Completion]]:
+    """``one`` on every conversation, ``concurrency`` requests at a time, results in prompt order.
+
+    Raises:
+        BackendError: if any request failed; its ``partial`` holds the answers that came back
+            (``None`` where a request failed), so a caller can keep them.
+    """
+    results: list[list[Completion] | None] = [None] * len(conversations)
+    errors: list[str] = []
+
+    def run(i: int) -> None:
+        try:
+            results[i] = one(conversations[i])
+        except BackendError as err:
+            errors.append(f"prompt {i}: {err}")
+
+    with ThreadPoolExecutor(max_workers=min(concurrency, max(1, len(conversations)))) as pool:
+        list(pool.map(run, range(len(conversations))))
+    if errors:
+        raise BackendError(
+            f"{len(errors)} of {len(conversations)} requests failed; first: {errors[0]}", partial=results
+        )
+    return results  # type: ignore[return-value]

@@ -104,6 +104,9 @@ class _Runner:
                 for p in (scratch / "public").rglob("*"):
                     p.chmod(0o444 if p.is_file() else 0o555)
                 (scratch / "public").chmod(0o555)
+                # mkdtemp made it 0700: the sandbox's dedicated user must read the copy in place
+                # (else each backend stages one more verified copy of it)
+                scratch.chmod(0o555)
                 try:
                     scratch.rename(root)
                 except OSError:  # another worker of this node unpacked it first
@@ -124,6 +127,8 @@ class _Runner:
             data_dir = self._data_dir(job)
         except (OSError, tarfile.TarError) as err:
             return _harness(f"public data unavailable on {self.host}: {type(err).__name__}: {err}", where)
+        # the worker's own sandbox stages (and verifies) its copy from here, whichever this is
+        where["data"] = "in place" if data_dir == Path(job["data_dir"]) else "shipped"
         result = self.sandbox.run(job["code"], data_dir, limits)
         submission = None
         if result.submission is not None and result.submission.exists():
@@ -236,7 +241,9 @@ class RaySandbox(Sandbox):
         record = dict(value["result"])
         record.pop("limits", None)  # Sandbox.run records the limits asked for
         result = ExecutionResult.from_dict(record)
-        result.warnings.append(f"ran on Ray node {value['host']} ({value['node'][:12]})")
+        result.warnings.append(
+            f"ran on Ray node {value['host']} ({value['node'][:12]}), public data {value['data']}"
+        )
         if value["submission"] is not None:
             dest = self.output_root / execution_id / "submission.csv"
             dest.parent.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def register(root) -> None:
@@ -49,4 +50,9 @@ def _synthetic(args: argparse.Namespace) -> int:
 def _overhead(args: argparse.Namespace) -> int:
     from wmrl.core.bench.overhead import run_from_cli
 
-    return run_from_cli(args)
+    try:
+        return run_from_cli(args)
+    except KeyboardInterrupt:
+        # Timings are not kept: a rerun measures them all again on the machine as it is then.
+        print("\ninterrupted: no timings written (rerun to measure)", file=sys.stderr)
+        return 130

@@ -40,8 +40,9 @@ every arm, so arms differ only in how they grade.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -209,6 +210,26 @@ class ArmResult:
         c = cfg.exec_cost if exec_cost is None else exec_cost
         per_step = self.rollouts * cfg.base_cost + self.wm_calls * cfg.wm_cost + self.executions * c
         return np.concatenate([[0.0], np.cumsum(per_step)])
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (lists keep ints as ints and floats as floats, so :meth:`from_dict` is exact)."""
+        return {
+            "true_reward": self.true_reward.tolist(),
+            "rollouts": self.rollouts.tolist(),
+            "wm_calls": self.wm_calls.tolist(),
+            "executions": self.executions.tolist(),
+            "metrics": self.metrics,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ArmResult:
+        return cls(
+            true_reward=np.asarray(data["true_reward"]),
+            rollouts=np.asarray(data["rollouts"]),
+            wm_calls=np.asarray(data["wm_calls"]),
+            executions=np.asarray(data["executions"]),
+            metrics=list(data["metrics"]),
+        )
 
 
 def run_arm(cfg: SimConfig, arm: str, seed: int, keep_metrics: bool = False) -> ArmResult:

@@ -24,6 +24,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from wmrl.core.bench.runstore import RunStore
 from wmrl.core.bench.simulation import ARMS, EXEC_NOISE, ArmResult, SimConfig, run_arm
 from wmrl.core.config import ConfigError, apply_overrides, from_dict, to_dict
 from wmrl.core.corrector import CorrectorConfig
@@ -93,13 +95,38 @@ def summarise(
     return out
 
 
+#: ``(cfg, arm, seed, keep_metrics=False) -> ArmResult``: :func:`run_arm` or a stored version of it.
+Runner = Callable[..., ArmResult]
+
+
+def stored_runner(store: RunStore) -> Runner:
+    """:func:`run_arm`, with each finished run kept in ``store`` and read back when asked again."""
+
+    def run(cfg: SimConfig, arm: str, seed: int, keep_metrics: bool = False) -> ArmResult:
+        inputs = {
+            "bench": "synthetic",
+            "config": to_dict(cfg),
+            "arm": arm,
+            "seed": seed,
+            "keep_metrics": keep_metrics,
+        }
+        return store.run(
+            inputs,
+            lambda: run_arm(cfg, arm, seed, keep_metrics=keep_metrics),
+            ArmResult.to_dict,
+            ArmResult.from_dict,
+        )
+
+    return run
+
+
 def _mean_known(values: list) -> float | None:
     known = [v for v in values if v is not None]
     return float(np.mean(known)) if known else None
 
 
 def run_arms(
-    cfg: SimConfig, arms: list[str], seeds: list[int], progress: bool = True
+    cfg: SimConfig, arms: list[str], seeds: list[int], progress: bool = True, run: Runner = run_arm
 ) -> dict[str, list[ArmResult]]:
     runs: dict[str, list[ArmResult]] = {}
     total = len(arms) * len(seeds)
@@ -107,7 +134,7 @@ def run_arms(
     for arm in arms:
         runs[arm] = []
         for seed in seeds:
-            runs[arm].append(run_arm(cfg, arm, seed, keep_metrics=True))
+            runs[arm].append(run(cfg, arm, seed, keep_metrics=True))
             done += 1
             if progress and (sys.stderr.isatty() or done % max(1, total // 10) == 0 or done == total):
                 end = "" if sys.stderr.isatty() else "\n"
@@ -143,7 +170,7 @@ def matched_compute_ratio(runs: dict[str, list[ArmResult]], cfg: SimConfig) -> f
     return real_cost / wmrl_cost
 
 
-def sweep(cfg: SimConfig, seeds: list[int], progress: bool = True) -> dict[str, Any]:
+def sweep(cfg: SimConfig, seeds: list[int], progress: bool = True, run: Runner = run_arm) -> dict[str, Any]:
     """``wmrl``/``real`` final-reward ratio and compute ratio over world-model quality."""
     cells = []
     for bias in SWEEP_BIAS:
@@ -151,9 +178,7 @@ def sweep(cfg: SimConfig, seeds: list[int], progress: bool = True) -> dict[str, 
             cell_cfg = replace(
                 cfg, bias_strength=bias, noise=noise, confusion_rate=min(cfg.confusion_rate, 1.0 / bias)
             )
-            runs = {
-                arm: [run_arm(cell_cfg, arm, s) for s in seeds] for arm in ("real", "wmrl", "world_model")
-            }
+            runs = {arm: [run(cell_cfg, arm, s) for s in seeds] for arm in ("real", "wmrl", "world_model")}
             summary = summarise(cell_cfg, runs, cfg.exec_cost)
             cells.append(
                 {
@@ -181,13 +206,17 @@ def sweep(cfg: SimConfig, seeds: list[int], progress: bool = True) -> dict[str, 
 
 
 def noise_sweep(
-    cfg: SimConfig, seeds: list[int], progress: bool = True, arms: tuple[str, ...] = NOISE_SWEEP_ARMS
+    cfg: SimConfig,
+    seeds: list[int],
+    progress: bool = True,
+    arms: tuple[str, ...] = NOISE_SWEEP_ARMS,
+    run: Runner = run_arm,
 ) -> dict[str, Any]:
     """``arms`` (default :data:`NOISE_SWEEP_ARMS`) under every kind of execution noise (same seeds)."""
     out: dict[str, Any] = {}
     for kind in EXEC_NOISE:
         kind_cfg = replace(cfg, exec_noise=kind)
-        runs = run_arms(kind_cfg, list(arms), seeds, progress=False)
+        runs = run_arms(kind_cfg, list(arms), seeds, progress=False, run=run)
         summary = summarise(kind_cfg, runs, cfg.exec_cost)
         out[kind] = {
             arm: {
@@ -227,15 +256,15 @@ def format_noise_sweep(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def fraction_sweep(cfg: SimConfig, seeds: list[int]) -> list[dict[str, Any]]:
+def fraction_sweep(cfg: SimConfig, seeds: list[int], run: Runner = run_arm) -> list[dict[str, Any]]:
     """The cost/quality frontier: the default ``wmrl`` arm at several anchor fractions."""
     rows = []
-    real = [run_arm(cfg, "real", s) for s in seeds]
+    real = [run(cfg, "real", s) for s in seeds]
     real_final = float(np.mean([r.true_reward[-1] for r in real]))
     real_cost = float(np.mean([r.cost(cfg)[-1] for r in real]))
     for fraction in SWEEP_FRACTIONS:
         corrector = replace(cfg.corrector, scheduler=replace(cfg.corrector.scheduler, fraction=fraction))
-        runs = [run_arm(replace(cfg, corrector=corrector), "wmrl", s) for s in seeds]
+        runs = [run(replace(cfg, corrector=corrector), "wmrl", s) for s in seeds]
         finals = np.array([r.true_reward[-1] for r in runs])
         cost = float(np.mean([r.cost(cfg)[-1] for r in runs]))
         rows.append(
@@ -364,12 +393,31 @@ def run_from_cli(args: argparse.Namespace) -> int:
     seeds = list(range(args.seed0, args.seed0 + seeds_n))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
+    store = RunStore(out)
     print(
-        f"wmrl bench synthetic: {len(arms)} arms x {len(seeds)} seeds, {cfg.steps} steps each",
+        f"wmrl bench synthetic: {len(arms)} arms x {len(seeds)} seeds, {cfg.steps} steps each"
+        f" (finished runs kept in {store.dir}; the same command continues an interrupted bench)",
         file=sys.stderr,
     )
-    runs = run_arms(cfg, arms, seeds)
+    try:
+        code = _bench(args, cfg, arms, seeds, out, stored_runner(store))
+    except KeyboardInterrupt:
+        print(
+            f"\ninterrupted: {store.computed + store.reused} finished runs kept in {store.dir}"
+            " (rerun the same command to continue)",
+            file=sys.stderr,
+        )
+        return 130
+    if store.reused:
+        print(f"({store.reused} of the runs were read back from {store.dir})", file=sys.stderr)
+    return code
+
+
+def _bench(
+    args: argparse.Namespace, cfg: SimConfig, arms: list[str], seeds: list[int], out: Path, run: Runner
+) -> int:
+    started = time.perf_counter()
+    runs = run_arms(cfg, arms, seeds, run=run)
     summary = summarise(cfg, runs, cfg.exec_cost)
     sensitivity = {
         f"{c:g}": {
@@ -401,7 +449,7 @@ def run_from_cli(args: argparse.Namespace) -> int:
     plot_curves(cfg, runs, out / "reward_vs_cost.png")
     if args.sweep:
         sweep_seeds = seeds[: max(2, min(3, len(seeds)))]
-        result["sweep"] = sweep(cfg, sweep_seeds)
+        result["sweep"] = sweep(cfg, sweep_seeds, run=run)
         print("\nWorld-model quality sweep (wmrl/real final reward | compute ratio):")
         print(f"{'bias / noise':<14}" + "".join(f"{n:>18}" for n in SWEEP_NOISE))
         for b in SWEEP_BIAS:
@@ -418,7 +466,7 @@ def run_from_cli(args: argparse.Namespace) -> int:
             ratios = [c["matched_compute_ratio"] for c in result["sweep"]["cells"] if c["bias_strength"] == b]
             print(f"{b:<14}" + "".join(f"{'None' if v is None else f'{v:.2f}x':>18}" for v in ratios))
         plot_sweep(result["sweep"], out / "sweep.png")
-        result["fraction_sweep"] = fraction_sweep(cfg, seeds)
+        result["fraction_sweep"] = fraction_sweep(cfg, seeds, run=run)
         print("\nAnchor fraction (default wmrl arm): final true reward and compute ratio against real:")
         print(f"{'fraction':>9} {'final reward':>16} {'vs real':>8} {'compute ratio':>14}")
         for row in result["fraction_sweep"]:
@@ -428,7 +476,7 @@ def run_from_cli(args: argparse.Namespace) -> int:
             )
     if args.noise_sweep:
         sweep_arms = NOISE_SWEEP_ARMS if not args.arms else tuple(arms)
-        result["noise_sweep"] = noise_sweep(cfg, seeds, arms=sweep_arms)
+        result["noise_sweep"] = noise_sweep(cfg, seeds, arms=sweep_arms, run=run)
         print("\nExecution noise (final true reward ± 95% CI, (ratio to real)), same seeds:")
         print(format_noise_sweep(result["noise_sweep"]))
     result["wall_s"] = time.perf_counter() - started

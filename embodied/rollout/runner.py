@@ -14,6 +14,9 @@ workers) alone, not of timing, so a run is reproducible. Each episode's seed is 
 ``policy.reset(seed=...)`` when the policy's ``reset`` takes a ``seed``; a policy that keeps
 per-episode memory across ``act`` calls must be given one instance per worker (a list).
 
+Simulators on a Ray cluster (``RolloutConfig.ray``, :mod:`.ray_worker`): each worker is a Ray actor
+on any node with the resources a slot asks for, driven by the same commands; the policy stays here.
+
 Optional batching: a policy with ``act_batch(observations, instructions) -> list[ActionStep]`` is
 called once per round for all waiting workers instead of ``act`` per worker.
 """
@@ -30,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from wmrl.core.engines.ray.config import RayPoolConfig
 from wmrl.embodied.env.config import LiberoEnvConfig, parse_cameras
 from wmrl.embodied.policy.base import ActionStep
 from wmrl.embodied.rollout.records import EpisodeRecord, EpisodeSpec
@@ -56,7 +60,15 @@ class RolloutConfig:
         on_error: ``"raise"`` (default): a failing simulator ends :meth:`RolloutRunner.run` with
             :class:`WorkerError`; ``"record"``: that episode ends as a failure whose
             :attr:`EpisodeRecord.error` says why, its simulator is rebuilt (a dead worker process is
-            started again) and the other episodes go on (evaluation uses this).
+            started again) and the other episodes go on (evaluation uses this); ``"retry"``: that
+            episode is run again from its reset on a rebuilt simulator (on Ray, wherever Ray places
+            it: a lost node's episodes move to live ones), at most ``retries`` times, after which
+            :meth:`RolloutRunner.run` raises :class:`WorkerError` with the last reason (training
+            uses this on Ray: an episode is never scored as a failure because a machine was lost).
+        retries: reruns of one episode with ``on_error="retry"``.
+        ray: run the simulators on a Ray cluster (``None``: local processes): where, with which
+            resources per slot, and the deadline of one simulator command (``timeout_s``, after which
+            the simulator is presumed hung and killed); ``ray.slots`` must equal ``workers``.
         start_method: multiprocessing start method; ``"spawn"`` is safe with torch and OpenGL.
         startup_timeout_s: seconds a worker may take to import the simulator stack.
     """
@@ -68,6 +80,8 @@ class RolloutConfig:
     on_error: str = "raise"
     start_method: str = "spawn"
     startup_timeout_s: float = 600.0
+    retries: int = 2
+    ray: RayPoolConfig | None = None
 
     def __post_init__(self) -> None:
         if (
@@ -84,8 +98,18 @@ class RolloutConfig:
             or self.frame_stride < 1
         ):
             raise ValueError(f"frame_stride must be an integer >= 1; got {self.frame_stride!r}")
-        if self.on_error not in ("raise", "record"):
-            raise ValueError(f"on_error must be 'raise' or 'record'; got {self.on_error!r}")
+        if self.on_error not in ("raise", "record", "retry"):
+            raise ValueError(f"on_error must be 'raise', 'record' or 'retry'; got {self.on_error!r}")
+        if not isinstance(self.retries, int) or isinstance(self.retries, bool) or self.retries < 0:
+            raise ValueError(f"retries must be an integer >= 0; got {self.retries!r}")
+        if self.ray is not None:
+            if not isinstance(self.ray, RayPoolConfig):
+                raise TypeError(f"ray must be a RayPoolConfig or None; got {type(self.ray).__name__}")
+            if self.workers < 1 or self.ray.slots != self.workers:
+                raise ValueError(
+                    f"simulators on Ray need workers >= 1 equal to ray.slots; got workers={self.workers}, "
+                    f"ray.slots={self.ray.slots}"
+                )
         if self.start_method not in mp.get_all_start_methods():
             raise ValueError(
                 f"start_method must be one of {mp.get_all_start_methods()}; got {self.start_method!r}"
@@ -303,7 +327,9 @@ class RolloutRunner:
         self._workers: list[Any] = []
         self._slot_task: list[int | None] = []
         self._ctx = None
-        #: (episode index in the last run, reason) of every episode a simulator failure ended
+        self._ray = None
+        #: (episode index in the last run, reason) of every episode a simulator failure ended (or, with
+        #: ``on_error="retry"``, sent to another simulator)
         self.failures: list[tuple[int, str]] = []
 
     @property
@@ -319,8 +345,7 @@ class RolloutRunner:
         if self.config.workers == 0:
             self._workers = [LocalWorker(env_dict)]
         else:
-            ctx = self._ctx = mp.get_context(self.config.start_method)
-            workers = [_ProcessWorker(ctx, env_dict, i) for i in range(self.config.workers)]
+            workers = [self._new_worker(env_dict, i) for i in range(self.config.workers)]
             try:
                 for w in workers:
                     w.wait_ready(self.config.startup_timeout_s)
@@ -331,6 +356,18 @@ class RolloutRunner:
             self._workers = workers
         self._slot_task = [self.env_config.task_id] * len(self._workers)
 
+    def _new_worker(self, env_dict: dict, index: int) -> Any:
+        """A simulator worker process, or a Ray actor with ``config.ray`` (not yet waited for)."""
+        if self.config.ray is not None:
+            if self._ray is None:
+                from wmrl.embodied.rollout.ray_worker import RaySimulators
+
+                self._ray = RaySimulators(self.config.ray)
+            return self._ray.start(env_dict, index)
+        if self._ctx is None:
+            self._ctx = mp.get_context(self.config.start_method)
+        return _ProcessWorker(self._ctx, env_dict, index)
+
     def _restart(self, slot: int) -> None:
         """Replace the simulator of ``slot`` with a fresh one (after it failed)."""
         env_dict = self.env_config.to_dict()
@@ -339,14 +376,18 @@ class RolloutRunner:
         if self.config.workers == 0:
             self._workers[slot] = LocalWorker(env_dict)
         else:
-            worker = _ProcessWorker(self._ctx, env_dict, slot)
+            worker = self._new_worker(env_dict, slot)
             worker.wait_ready(self.config.startup_timeout_s)
             self._workers[slot] = worker
         self._slot_task[slot] = self.env_config.task_id
 
     def worker_pids(self) -> list[int | None]:
         """Process ids of the simulator workers (``None`` for the in-process one)."""
-        return [getattr(getattr(w, "proc", None), "pid", None) for w in self._workers]
+        return [getattr(getattr(w, "proc", None), "pid", getattr(w, "pid", None)) for w in self._workers]
+
+    def worker_nodes(self) -> list[str | None]:
+        """The Ray node of each simulator worker (``None`` for local ones)."""
+        return [getattr(w, "node", None) for w in self._workers]
 
     def close(self) -> None:
         """Stop the workers and free their simulators."""
@@ -421,12 +462,27 @@ class RolloutRunner:
             self._slot_task[slot] = spec.task_id
 
         self.failures = []
+        tries = [0] * len(specs)
 
         def failed(slot: int, details: str) -> None:
-            # on_error="record": the episode ends as a failure with its reason; a fresh simulator goes on
+            # on_error="record": the episode ends as a failure with its reason; a fresh simulator goes on.
+            # on_error="retry": the episode starts again from its reset on a fresh simulator.
             ep = active[slot]
             lines = [line for line in str(details).strip().splitlines() if line.strip()]
             reason = lines[-1].strip() if lines else "simulator failure"
+            if cfg.on_error == "retry":
+                tries[ep.index] += 1
+                if tries[ep.index] > cfg.retries:
+                    raise WorkerError(
+                        f"episode {ep.spec} failed on {tries[ep.index]} simulators; the last: {reason}"
+                    )
+                self.failures.append((ep.index, reason))
+                active[slot] = None
+                in_flight[slot] = False
+                pending.insert(0, ep.index)
+                self._restart(slot)
+                assign(slot)
+                return
             record = ep.fail(reason, str(details))
             records[ep.index] = record
             self.failures.append((ep.index, reason))

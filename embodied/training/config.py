@@ -15,9 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from wmrl.core.config import load_config, require
+from wmrl.core.engines.ray.config import RayPoolConfig
 from wmrl.core.modes import Mode
 from wmrl.core.train_config import CheckpointConfig, LoraConfig, TrainConfigBase
 from wmrl.embodied.env.splits import IN_DOMAIN_STATES, NUM_INIT_STATES
@@ -124,7 +125,12 @@ class EnvSpec:
             the policy's checkpoint records (refused otherwise).
         hard_reset: rebuild the MuJoCo model at every reset (slower; the initial state overwrites the
             whole simulator state either way).
-        workers: simulator processes (0 = in this process).
+        workers: simulators running at once (0 = one in this process).
+        simulators: ``local`` (worker processes on this machine) or ``ray`` (one Ray actor per worker
+            on any node of a cluster with the resources ``ray`` asks for; an episode whose simulator or
+            node is lost is run again on another, up to ``ray.retries`` times; ``docs/scale-out.md``).
+        ray: the Ray placement of the simulators (``simulators: ray``): cluster address, slots
+            (= ``workers``), CPUs/memory/custom resources per slot, the deadline of one command.
         frame_stride: record every n-th frame for Robometer (plus the first and last); each episode is
             cut to Robometer's window of frames as it ends, so 1 (exact windows) costs little memory.
     """
@@ -141,6 +147,8 @@ class EnvSpec:
     hard_reset: bool = False
     workers: int = 1
     frame_stride: int = 1
+    simulators: Literal["local", "ray"] = "local"
+    ray: RayPoolConfig = field(default_factory=RayPoolConfig)
 
     def __post_init__(self) -> None:
         check_suite(self.suite)
@@ -175,6 +183,12 @@ class EnvSpec:
             check_orientation(self.orientation)
         _positive_int("env.workers", self.workers, 0)
         _positive_int("env.frame_stride", self.frame_stride)
+        if self.simulators == "ray":
+            require(
+                self.workers >= 1 and self.ray.slots == self.workers,
+                f"env.workers ({self.workers}, simulators at once) must be >= 1 and equal env.ray.slots "
+                f"({self.ray.slots}, Ray actors) with env.simulators=ray",
+            )
 
     @property
     def task_ids(self) -> tuple[int, ...]:

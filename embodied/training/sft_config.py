@@ -22,6 +22,8 @@ from typing import Any, ClassVar
 from wmrl.core.config import ConfigError, load_config, require, to_dict
 from wmrl.core.train_config import RESUMABLE, CheckpointConfig, LoggingConfig, LoraConfig, flatten
 from wmrl.embodied.env.suites import DEFAULT_SUITE, SUITE_NUM_TASKS, check_suite
+from wmrl.embodied.training.config import _LORA_TARGETS
+from wmrl.embodied.training.config import _positive_int as _int
 
 __all__ = [
     "PRESETS",
@@ -32,15 +34,7 @@ __all__ = [
     "load_sft_config",
 ]
 
-_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 FORMATS = ("libero_hdf5", "lerobot")
-
-
-def _int(name: str, value: Any, low: int) -> None:
-    require(
-        isinstance(value, int) and not isinstance(value, bool) and value >= low,
-        f"{name} must be an integer >= {low}; got {value!r}",
-    )
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,15 @@ VLA on a simulator knows (:class:`LiberoDomain`):
 4. **update** (:mod:`.update`): PPO-clip epochs on the action tokens;
 5. checkpoints hold the policy folder, ``optimizer.pt`` and ``rng.pt`` beside the shared files.
 
+Under ``torchrun`` (several processes, :class:`~wmrl.core.distributed.Processes`) the rollouts and
+the update are data-parallel: each rank rolls out its contiguous share of the step's groups in its
+own simulator workers, grades its own episodes, and trains on their samples with the gradients
+summed over the ranks (:class:`~.update.PPOUpdater`); the corrector plans and corrects the whole
+gathered batch on every rank; rank 0 writes the run directory. Episode seeds and the timesteps the
+update uses are functions of an episode's place in the whole step, so ``N`` ranks train what one
+process would on the same groups. On GPUs each rank takes GPU ``LOCAL_RANK`` (``device: auto`` or
+``cuda``).
+
 :class:`EmbodiedTrainer` puts the two together for ``wmrl train embodied`` and for scripts that
 drive steps themselves (``learn`` takes episodes rolled out elsewhere).
 """
@@ -28,6 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from wmrl.core.distributed import Processes
 from wmrl.core.ledger import CostLedger
 from wmrl.core.loop import LoopStep, LoopTrainer
 from wmrl.core.pipeline import RewardPipeline, StepResult
@@ -76,10 +86,20 @@ class LiberoDomain:
     Args:
         config: the training config.
         sources: the reward sources the pipeline calls; their ``needs`` decide which frames are kept.
+        processes: the ranks of a data-parallel run (default: this process alone).
     """
 
-    def __init__(self, config: EmbodiedTrainConfig, sources: Sequence[RewardSource | None]) -> None:
+    #: The update trains on ``result.local_advantages`` and sums its gradients over the ranks.
+    data_parallel = True
+
+    def __init__(
+        self,
+        config: EmbodiedTrainConfig,
+        sources: Sequence[RewardSource | None],
+        processes: Processes | None = None,
+    ) -> None:
         self.config = config
+        self.processes = processes or Processes()
         if config.torch_threads is not None:
             torch.set_num_threads(config.torch_threads)
         camera = config.env.camera
@@ -95,7 +115,9 @@ class LiberoDomain:
             self.policy.config, orientation=self.orientation, render_size=self.image_size
         )
         reference = make_reference(self.policy, config.lora) if config.ppo.kl_beta > 0 else None
-        self.updater = PPOUpdater(self.policy, config.ppo, reference, learning_rate=config.learning_rate)
+        self.updater = PPOUpdater(
+            self.policy, config.ppo, reference, learning_rate=config.learning_rate, processes=self.processes
+        )
         # the frames the sources read: the most any of them asks for, from the rendered camera
         needs = [needs_of(s) for s in sources if s is not None]
         self.frames = max((n.frames for n in needs), default=0)
@@ -134,6 +156,10 @@ class LiberoDomain:
                     frame_cameras=(env.camera,),
                     frame_stride=env.frame_stride,
                     keep_observations=True,
+                    # on Ray a lost node's episodes run again elsewhere; never a failure of the policy
+                    on_error="retry" if env.simulators == "ray" else "raise",
+                    retries=env.ray.retries,
+                    ray=env.ray if env.simulators == "ray" else None,
                 ),
             )
         return self._runner
@@ -148,7 +174,8 @@ class LiberoDomain:
         """G episodes per group with the current policy, keeping only what the update and the sources read."""
         cfg = self.config
         specs = episode_specs(groups, cfg.group_size, step, cfg.seed, record_frames=self.frames > 0)
-        position = {id(s): i for i, s in enumerate(specs)}
+        first = self._first_episode(groups, step)
+        position = {id(s): first + i for i, s in enumerate(specs)}
 
         def keep_what_is_used(record: EpisodeRecord) -> None:
             # Runs as each episode ends: the observations of the chosen timesteps, and the window of
@@ -163,6 +190,16 @@ class LiberoDomain:
         records = self.runner.run(self.policy, specs, progress=keep_what_is_used)
         return self.as_groups(groups, records)
 
+    def _first_episode(self, groups: Sequence[GroupSpec], step: int) -> int:
+        """The index, in the whole step's group-major episode list, of the first episode of ``groups``
+        (a rank's contiguous share of the step; 0 for groups that are not a part of the step's)."""
+        every = list(self.groups(step))
+        n = len(groups)
+        for k in range(len(every) - n + 1):
+            if every[k : k + n] == list(groups):
+                return k * self.config.group_size
+        return 0
+
     def as_groups(self, groups: Sequence[GroupSpec], records: Sequence[EpisodeRecord]) -> list[Group]:
         """Group-major episodes as the pipeline's groups (checked to belong to their (task, state))."""
         members = group_records(records, groups, self.config.group_size)
@@ -174,9 +211,11 @@ class LiberoDomain:
         records = [r for g in batch for r in g.items]
         for r in records:
             r.frames = {}  # graded: the frames are not needed any more
-        advantages = result.advantages.reshape(-1)
+        advantages = result.local_advantages.reshape(-1)  # this process's groups
+        rows = result.rows.indices(result.advantages.shape[0])
+        first = rows[0] * cfg.group_size  # their first episode's index in the whole step
         timesteps = [
-            choose_timesteps(r.steps, cfg.ppo.timesteps_per_episode, cfg.seed, step, i)
+            choose_timesteps(r.steps, cfg.ppo.timesteps_per_episode, cfg.seed, step, first + i)
             for i, r in enumerate(records)
         ]
         samples = build_samples(
@@ -267,6 +306,9 @@ class EmbodiedTrainer:
         world_model: the world-model source (default: Robometer as ``config.world_model`` says, when the
             mode uses one).
         anchor: the real-signal source (default: the simulator's sparse success flag).
+        processes: the ranks of a data-parallel run (default: those of the launcher, ``torchrun``, when
+            it set ``WORLD_SIZE``; else this process alone). Every rank builds its trainer with the same
+            config and ``out_dir``; rank 0 writes the run directory.
 
     Use :meth:`run` for the whole loop, or :meth:`train_step` / :meth:`learn` step by step;
     :meth:`close` ends the simulator workers and the log.
@@ -281,9 +323,15 @@ class EmbodiedTrainer:
         progress: bool = True,
         world_model: RewardSource | None = None,
         anchor: RewardSource | None = None,
+        processes: Processes | None = None,
     ) -> None:
         import warnings
 
+        if processes is None:
+            processes = Processes.from_env(cuda=config.policy.on_cuda)
+        # this rank's devices; the run's config (config.json, resume checks) stays as given
+        here = per_rank_devices(config, processes)
+        self.processes = processes
         self.config = config
         run_dir = (
             out_dir
@@ -293,18 +341,20 @@ class EmbodiedTrainer:
         if world_model is None and config.uses_world_model:
             from wmrl.embodied.sources import make_robometer_source
 
-            world_model = make_robometer_source(config.world_model)
+            world_model = make_robometer_source(here.world_model)
         if anchor is None:
             from wmrl.embodied.sources import SparseSuccessSource
 
             anchor = SparseSuccessSource()
-        if config.uses_tiny_models:
+        if config.uses_tiny_models and processes.is_main:
             warnings.warn(
                 "training with a tiny random-initialised model (policy.source=tiny or world_model.backend=tiny): "
                 "this exercises the pipeline only; it does not train a useful policy",
                 stacklevel=2,
             )
-        self.domain = LiberoDomain(config, [world_model if config.uses_world_model else None, anchor])
+        self.domain = LiberoDomain(
+            here, [world_model if config.uses_world_model else None, anchor], processes=processes
+        )
         on_gpu = 1.0 if config.policy.on_cuda else 0.0
         wm_gpu = 1.0 if world_model is not None and str(config.world_model.device).startswith("cuda") else 0.0
         ledger = CostLedger({"generation": on_gpu, "update": on_gpu, "world_model": wm_gpu, "anchor": 0.0})
@@ -324,8 +374,10 @@ class EmbodiedTrainer:
             progress=progress,
             details=lambda: self.domain.report(run_dir.path),
             device="cuda" if config.policy.on_cuda else "cpu",
+            processes=processes,
         )
-        write_json_atomic(run_dir.path / "resolved.json", self.resolved())
+        if processes.is_main:
+            write_json_atomic(run_dir.path / "resolved.json", self.resolved())
 
     # -- what the run is ---------------------------------------------------------------------------
     @property
@@ -394,6 +446,20 @@ class EmbodiedTrainer:
         self.close()
 
 
+def per_rank_devices(config: EmbodiedTrainConfig, processes: Processes) -> EmbodiedTrainConfig:
+    """``config`` with the policy and an in-process Robometer on this rank's GPU (``cuda:LOCAL_RANK``)
+    when several processes train on CUDA and the config says ``auto`` or ``cuda``; else unchanged."""
+    if not processes.distributed or not config.policy.on_cuda:
+        return config
+    gpu = f"cuda:{processes.local_rank}"
+    changes: dict[str, Any] = {}
+    if config.policy.device in ("auto", "cuda"):
+        changes["policy"] = replace(config.policy, device=gpu)
+    if config.world_model.backend != "http" and config.world_model.device in ("auto", "cuda"):
+        changes["world_model"] = replace(config.world_model, device=gpu)
+    return config.replace(**changes) if changes else config
+
+
 def train(
     config: EmbodiedTrainConfig,
     out_dir: str | Path | RunDirectory,
@@ -408,7 +474,11 @@ def train(
 
 def run_from_cli(config: EmbodiedTrainConfig, run_dir: RunDirectory, *, progress: bool) -> list[str]:
     """``wmrl train embodied``: train, then the lines to print (see :mod:`wmrl.core.cli_runs`)."""
-    report = train(config, run_dir, progress=progress)
+    processes = Processes.from_env(cuda=config.policy.on_cuda)
+    with EmbodiedTrainer(config, run_dir, progress=progress, processes=processes) as trainer:
+        report = trainer.run()
+    if not processes.is_main:
+        return []  # the main process reports, once
     spent = report["spent"]
     return [
         f"trained {report['steps']} step(s), {report['details']['episodes']} episodes, mode {config.mode.value}; "

@@ -9,6 +9,14 @@
    of ``minibatch_size``; each minibatch accumulates gradients over microbatches and takes one AdamW
    step after clipping the global gradient norm. From the second minibatch on the policy differs
    from ``π_old``, so the ratio departs from 1 and the clip binds (``ppo/clip_fraction``).
+
+On several processes (:class:`~wmrl.core.distributed.Processes`) each rank holds its own episodes'
+samples; the step's samples are those of every rank in rank order, the shuffle permutes all of them
+(the same generator on every rank), each minibatch is the same set of samples as on one process,
+each rank computes the loss of its members of it (normalised by the whole minibatch's size) and the
+gradients are summed over the ranks before clipping and the AdamW step: the update is the one a
+single process makes on the whole batch (up to float summation order), and the parameters stay
+identical on every rank. The metrics are the whole batch's.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from wmrl.core.distributed import Processes
 from wmrl.embodied.training.batch import SampleBatch
 from wmrl.embodied.training.config import PPOConfig
 from wmrl.embodied.training.ppo import ppo_token_loss
@@ -39,12 +48,20 @@ class PPOUpdater:
             ``trainable_parameters``, ``train``/``eval``).
         config: the PPO settings.
         reference: log-probabilities under the frozen reference policy (needed when ``kl_beta > 0``).
+        processes: the ranks of a data-parallel run (default: this process alone); rank 0's trainable
+            parameters are copied to every rank here, and every rank must call :meth:`update` together.
     """
 
     def __init__(
-        self, policy: Any, config: PPOConfig, reference: LogProbFn | None = None, learning_rate: float = 1e-4
+        self,
+        policy: Any,
+        config: PPOConfig,
+        reference: LogProbFn | None = None,
+        learning_rate: float = 1e-4,
+        processes: Processes | None = None,
     ) -> None:
         self.policy = policy
+        self.processes = processes or Processes()
         self.config = config
         self.reference = reference
         if config.kl_beta > 0 and reference is None:
@@ -52,6 +69,7 @@ class PPOUpdater:
         self.params = list(policy.trainable_parameters())
         if not self.params:
             raise ValueError("the policy has no trainable parameters (apply LoRA or unfreeze a part of it)")
+        self.processes.broadcast_(self.params)  # every rank starts from rank 0's parameters
         self.optimizer = torch.optim.AdamW(
             self.params, lr=learning_rate, betas=tuple(config.betas), weight_decay=config.weight_decay
         )
@@ -73,10 +91,19 @@ class PPOUpdater:
     def update(self, batch: SampleBatch, step: int, seed: int) -> dict[str, float | None]:
         """Run the epochs over ``batch``; returns the ``ppo/*`` metrics (``None`` where not measurable)."""
         cfg = self.config
+        ranks = self.processes
         n = len(batch)
+        local_episodes = len(np.unique(batch.episode))
+        if ranks.distributed:
+            counts = ranks.all_gather_object((n, local_episodes))
+            total = sum(c[0] for c in counts)
+            offset = sum(c[0] for c in counts[: ranks.rank])  # this rank's samples among the step's
+            episodes = sum(c[1] for c in counts)
+        else:
+            total, offset, episodes = n, 0, local_episodes
         metrics: dict[str, float | None] = {
-            "ppo/samples": float(n),
-            "ppo/episodes": float(len(np.unique(batch.episode))),
+            "ppo/samples": float(total),
+            "ppo/episodes": float(episodes),
             "ppo/updates": 0.0,
         }
         empty = (
@@ -94,17 +121,24 @@ class PPOUpdater:
             "ppo/advantage_abs_mean",
         )
         metrics.update(dict.fromkeys(empty))
-        if n == 0:
+        if total == 0:
             return metrics  # nothing carries a gradient this step (e.g. every group degenerate)
 
         self.policy.eval()
-        old = self._frozen_log_probs(self.policy.action_log_probs, batch)
-        ref = self._frozen_log_probs(self.reference, batch) if cfg.kl_beta > 0 else None
-        metrics["ppo/behaviour_logp_gap"] = float(
-            np.max(np.abs(old.sum(dim=1).double().cpu().numpy() - batch.behaviour_logp))
-        )
+        old = ref = None
+        gap = adv_abs = 0.0
+        if n:
+            old = self._frozen_log_probs(self.policy.action_log_probs, batch)
+            ref = self._frozen_log_probs(self.reference, batch) if cfg.kl_beta > 0 else None
+            gap = float(np.max(np.abs(old.sum(dim=1).double().cpu().numpy() - batch.behaviour_logp)))
         adv = torch.as_tensor(batch.advantage, dtype=torch.float32)
-        metrics["ppo/advantage_abs_mean"] = float(adv.abs().mean())
+        adv_abs = float(adv.abs().sum())
+        if ranks.distributed:
+            shared = ranks.all_gather_object((gap if n else None, adv_abs))
+            gap = max(g for g, _ in shared if g is not None)
+            adv_abs = sum(a for _, a in shared)
+        metrics["ppo/behaviour_logp_gap"] = gap
+        metrics["ppo/advantage_abs_mean"] = adv_abs / total
 
         self.policy.train()
         losses, norms = [], []
@@ -114,15 +148,16 @@ class PPOUpdater:
         max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else float("inf")
         try:
             for epoch in range(cfg.epochs):
-                order = np.random.default_rng([int(seed), int(step), epoch, _STREAM]).permutation(n)
+                order = np.random.default_rng([int(seed), int(step), epoch, _STREAM]).permutation(total)
                 e_tokens = e_clipped = 0
                 e_approx = 0.0
-                for start in range(0, n, cfg.minibatch_size):
+                for start in range(0, total, cfg.minibatch_size):
                     mb = order[start : start + cfg.minibatch_size]
+                    own = mb[(mb >= offset) & (mb < offset + n)] - offset  # this rank's members
                     self.optimizer.zero_grad(set_to_none=True)
                     mb_loss = 0.0
-                    for m0 in range(0, len(mb), cfg.microbatch_size):
-                        idx = mb[m0 : m0 + cfg.microbatch_size]
+                    for m0 in range(0, len(own), cfg.microbatch_size):
+                        idx = own[m0 : m0 + cfg.microbatch_size]
                         logp = self._log_probs(self.policy.action_log_probs, batch, idx).float()
                         terms = ppo_token_loss(
                             logp,
@@ -150,6 +185,11 @@ class PPOUpdater:
                         e_approx += terms.approx_kl_sum
                         ratio_min = min(ratio_min, terms.ratio_min)
                         ratio_max = max(ratio_max, terms.ratio_max)
+                    if ranks.distributed:  # the whole minibatch's gradient, on every rank
+                        for p in self.params:
+                            if p.grad is None:
+                                p.grad = torch.zeros_like(p)
+                        ranks.all_reduce_sum([p.grad for p in self.params])
                     norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
                     norms.append(float(norm))
                     self.optimizer.step()
@@ -157,6 +197,19 @@ class PPOUpdater:
         finally:
             self.optimizer.zero_grad(set_to_none=True)
             self.policy.eval()
+        if ranks.distributed:  # the sums over every rank's samples
+            sums = torch.tensor(
+                [tokens, clipped, pol_sum, kl_sum, e_tokens, e_clipped, e_approx, *losses],
+                dtype=torch.float64,
+                device=self.params[0].device,
+            )
+            ranks.all_reduce_sum([sums])
+            tokens, clipped, e_tokens, e_clipped = (round(float(sums[i])) for i in (0, 1, 4, 5))
+            pol_sum, kl_sum, e_approx = float(sums[2]), float(sums[3]), float(sums[6])
+            losses = [float(v) for v in sums[7:]]
+            extremes = ranks.all_gather_object((ratio_min, ratio_max))
+            ratio_min = min(lo for lo, _ in extremes)
+            ratio_max = max(hi for _, hi in extremes)
         metrics.update(
             {
                 "ppo/updates": float(len(losses)),

@@ -120,6 +120,8 @@ def test_action_validation(env):
     with pytest.raises(ValueError, match="init_state must be"):
         env.reset(options={"init_state": 50})
     with pytest.raises(ValueError, match="unknown reset options"):
+        env.reset(options={"init_sate": 0})
+    with pytest.raises(ValueError, match="flattened MuJoCo state of shape"):
         env.reset(options={"state": 0})
 
 

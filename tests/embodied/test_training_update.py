@@ -297,3 +297,35 @@ def test_the_mode_decides_which_source_grades_the_groups(tmp_path, mode):
         assert spent["anchor"] == anchor.sum() * config.group_size and spent["world_model"] == len(records)
     assert m["rollout/success_rate"] == pytest.approx(success.mean())
     assert m["ppo/samples"] > 0 or np.all(np.nan_to_num(result.correction.advantages) == 0)
+
+
+def test_each_rank_takes_its_own_gpu_and_the_run_config_stays_as_given():
+    from dataclasses import replace
+
+    from wmrl.core.distributed import Processes
+    from wmrl.embodied.training.trainer import per_rank_devices
+
+    config = load_train_config("smoke")
+    on_gpu = config.replace(
+        policy=replace(config.policy, device="cuda"), world_model=replace(config.world_model, device="cuda")
+    )
+    second = Processes(rank=1, world=2, local_rank=1)
+    mine = per_rank_devices(on_gpu, second)
+    assert (mine.policy.device, mine.world_model.device) == ("cuda:1", "cuda:1")
+    assert on_gpu.policy.device == "cuda"  # the run's config is not changed
+    pinned = on_gpu.replace(policy=replace(on_gpu.policy, device="cuda:3"))
+    assert per_rank_devices(pinned, second).policy.device == "cuda:3"  # an explicit GPU is kept
+    assert per_rank_devices(on_gpu, Processes()) is on_gpu  # one process: unchanged
+    on_cpu = config.replace(policy=replace(config.policy, device="cpu"))
+    assert per_rank_devices(on_cpu, second) is on_cpu
+
+
+def test_a_launch_of_several_processes_needs_out(monkeypatch, tmp_path, capsys):
+    """Under torchrun (WORLD_SIZE > 1) the default run folder, named by the time, would differ per rank."""
+    from wmrl.core.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(["train", "embodied", "--smoke", "--no-progress"]) == 2
+    assert "needs --out" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # refused before anything was written

@@ -259,6 +259,20 @@ def test_a_full_step_needs_a_rollout_server():
     assert {name for name, _mode in _ROLLOUT_REGISTRY} == {"vllm", "sglang", "trtllm"}
 
 
+def test_verl_has_no_cpu_platform_its_workers_ask_torch_for_nccl():
+    """The first thing that stops ``verl.trainer.main_ppo`` on this CPU (measured: docs/scale-out.md): with
+    no accelerator verl 0.9.1 falls back to its CUDA platform, so every actor worker starts its process
+    group as ``cpu:gloo,cuda:nccl``, which a CPU build of torch refuses. If verl adds a CPU platform,
+    this fails and the next blocker (the rollout servers) is the one left."""
+    import torch.distributed as dist
+    from verl.plugin.platform.platform_manager import PlatformRegistry, get_platform
+
+    assert not dist.is_nccl_available()  # the CPU torch of this environment
+    assert set(PlatformRegistry.registered_names()) == {"nvidia", "huawei", "amd"}
+    platform = get_platform()
+    assert (platform.device_name, platform.communication_backend_name()) == ("cuda", "nccl")
+
+
 def test_the_4b_launch_overrides_compose_with_verls_own_config():
     """Every override of examples/verl/launch_4b.sh is a key of verl 0.9.1's ppo_trainer config (Hydra
     composes them; a misspelt or misplaced key fails here, not on a rented cluster)."""
