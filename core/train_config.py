@@ -8,10 +8,6 @@ own sections (the model, the tasks or the simulator, the engine's knobs). The sh
 * ``lora`` (:class:`LoraConfig`), ``logging`` (:class:`LoggingConfig`), ``checkpoint``
   (:class:`CheckpointConfig`) and ``corrector`` (:class:`~wmrl.core.corrector.CorrectorConfig`).
 
-A *supervised* stage (a warm start before RL) extends the sibling :class:`SupervisedConfigBase`
-instead: it shares ``lora``, ``logging``, ``checkpoint``, ``learning_rate``, ``seed`` and the resume
-rules, but has no mode, groups or corrector (a setting that would do nothing is not offered).
-
 Validation resolves the mode into the corrector (:func:`wmrl.core.modes.resolve_corrector`), so the
 config object *is* what runs: ``config.corrector`` of a ``mode=real`` run anchors every group, and
 ``--print-config`` shows exactly that. A setting the mode contradicts is refused.
@@ -41,7 +37,6 @@ __all__ = [
     "CheckpointConfig",
     "LoggingConfig",
     "LoraConfig",
-    "SupervisedConfigBase",
     "TrainConfigBase",
     "flatten",
 ]
@@ -151,68 +146,6 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-class _ResumeRules:
-    """``to_dict`` and the resume rule shared by every run config (see :meth:`check_resume`)."""
-
-    #: Top-level keys (dotted prefixes) a resumed run of this domain may change, besides RESUMABLE.
-    resumable: ClassVar[tuple[str, ...]] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return to_dict(self)
-
-    def check_resume(self, saved: Mapping[str, Any]) -> None:
-        """Refuse to resume a run saved with config ``saved`` (a dict) under this config if they differ
-        in anything but the resumable keys.
-
-        Raises:
-            ConfigError: naming the keys that differ.
-        """
-        allowed = (*RESUMABLE, *self.resumable)
-        old, new = flatten(saved), flatten(self.to_dict())
-        differs = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-        blocked = [k for k in differs if not any(k == a or k.startswith(a + ".") for a in allowed)]
-        if blocked:
-            raise ConfigError(
-                f"the config differs from the one the run was started with in {blocked}; a resumed run may "
-                f"change only {sorted(allowed)} (start a new run for anything else)"
-            )
-
-
-@dataclass(frozen=True)
-class SupervisedConfigBase(_ResumeRules):
-    """The shared part of a supervised stage's config (a warm start before RL; see the module docstring).
-
-    Attributes:
-        epochs: passes over the training examples.
-        batch_size: examples per optimiser step.
-        learning_rate: the optimiser's learning rate.
-        seed: seed of the stage (data order, initialisation of the adapters).
-        lora: adapters on the model (merged into it at the end of the stage).
-        logging: trackers, progress and plots.
-        checkpoint: checkpoint interval (in optimiser steps) and retention.
-    """
-
-    resumable: ClassVar[tuple[str, ...]] = ("epochs",)
-
-    epochs: int = 1
-    batch_size: int = 4
-    learning_rate: float = 5e-4
-    seed: int = 0
-    lora: LoraConfig = field(default_factory=LoraConfig)
-    logging: LoggingConfig = field(default_factory=LoggingConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-
-    def __post_init__(self) -> None:
-        _int_at_least(self.epochs, "epochs", 1)
-        _int_at_least(self.batch_size, "batch_size", 1)
-        require(
-            not self.logging.completions,
-            "logging.completions is the RL completions table (both reward streams); a supervised stage has none",
-        )
-        require(self.learning_rate > 0, f"learning_rate must be > 0; got {self.learning_rate}")
-        _int_at_least(self.seed, "seed", 0)
-
-
 def _corrector_default(cls: type) -> CorrectorConfig:
     """The ``corrector`` a config class starts from (its field's default)."""
     f = next(f for f in dataclasses.fields(cls) if f.name == "corrector")
@@ -220,7 +153,7 @@ def _corrector_default(cls: type) -> CorrectorConfig:
 
 
 @dataclass(frozen=True)
-class TrainConfigBase(_ResumeRules):
+class TrainConfigBase:
     """The shared part of every domain's training config (see the module docstring).
 
     Attributes:
@@ -236,6 +169,9 @@ class TrainConfigBase(_ResumeRules):
         checkpoint: checkpoint interval and retention.
         corrector: the correction (anchor scheduler, debiasing, fusion, advantages), as resolved by the mode.
     """
+
+    #: Top-level keys (dotted prefixes) a resumed run of this domain may change, besides RESUMABLE.
+    resumable: ClassVar[tuple[str, ...]] = ()
 
     mode: Mode = Mode.WMRL
     steps: int = 3
@@ -290,3 +226,23 @@ class TrainConfigBase(_ResumeRules):
             yield
         finally:
             _BASELINE.reset(token)
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    def check_resume(self, saved: Mapping[str, Any]) -> None:
+        """Refuse to resume a run saved with config ``saved`` (a dict) under this config if they differ
+        in anything but the resumable keys.
+
+        Raises:
+            ConfigError: naming the keys that differ.
+        """
+        allowed = (*RESUMABLE, *self.resumable)
+        old, new = flatten(saved), flatten(self.to_dict())
+        differs = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        blocked = [k for k in differs if not any(k == a or k.startswith(a + ".") for a in allowed)]
+        if blocked:
+            raise ConfigError(
+                f"the config differs from the one the run was started with in {blocked}; a resumed run may "
+                f"change only {sorted(allowed)} (start a new run for anything else)"
+            )

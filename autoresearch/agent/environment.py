@@ -52,7 +52,7 @@ class SandboxEnvironment:
         time_limit_s: wall-clock seconds one run may take (> 0).
         memory_mb: memory one run may use, MiB (> 0).
         cpus: CPU cores available (``None``: unspecified).
-        gpu: whether a GPU is visible: ``False``, ``True``, or the number of GPUs one run sees.
+        gpu: whether a GPU is visible.
         network: whether the network is reachable (never, in the WMRL sandboxes).
         libraries: ``"name version"`` strings of the importable third-party libraries.
     """
@@ -60,7 +60,7 @@ class SandboxEnvironment:
     time_limit_s: float = 600.0
     memory_mb: int = 4096
     cpus: int | None = None
-    gpu: bool | int = False
+    gpu: bool = False
     network: bool = False
     libraries: tuple[str, ...] = ()
 
@@ -77,8 +77,6 @@ class SandboxEnvironment:
             isinstance(self.cpus, bool) or not isinstance(self.cpus, int) or self.cpus <= 0
         ):
             raise ValueError(f"cpus must be None or an int > 0; got {self.cpus!r}")
-        if not isinstance(self.gpu, (bool, int)) or self.gpu < 0:
-            raise ValueError(f"gpu must be a bool or a GPU count >= 0; got {self.gpu!r}")
         object.__setattr__(self, "libraries", tuple(self.libraries))
         if not all(isinstance(x, str) and x for x in self.libraries):
             raise ValueError("libraries must be non-empty strings such as 'numpy 1.26.4'")
@@ -92,17 +90,15 @@ class SandboxEnvironment:
 
     @classmethod
     def from_task(
-        cls, task: Any, limits: Any = None, libraries: tuple[str, ...] | None = None, gpus: int = 0
+        cls, task: Any, limits: Any = None, libraries: tuple[str, ...] | None = None
     ) -> SandboxEnvironment:
         """Limits from a task (``time_limit_s``, ``memory_limit_mb``) and optionally a sandbox
-        ``Limits`` record (``cpus``/``threads``, ``gpu``), which overrides CPU and GPU; ``gpus``: the
-        GPUs each run is assigned (``sandbox.gpus_per_slot``)."""
+        ``Limits`` record (``cpus``/``threads``, ``gpu``), which overrides CPU and GPU."""
         cpus = None
-        gpu: bool | int = gpus if gpus else False
+        gpu = False
         if limits is not None:
             cpus = getattr(limits, "cpus", None) or getattr(limits, "threads", None)
-            value = getattr(limits, "gpu", False)
-            gpu = len(value) if isinstance(value, tuple) else bool(value) or gpu
+            gpu = bool(getattr(limits, "gpu", False))
         return cls(
             time_limit_s=float(task.time_limit_s),
             memory_mb=int(task.memory_limit_mb),
@@ -119,12 +115,7 @@ class SandboxEnvironment:
         parts = [f"time limit {time_text} (wall clock)", f"memory {memory}"]
         if self.cpus:
             parts.append(f"{self.cpus} CPU core{'s' if self.cpus > 1 else ''}")
-        if self.gpu is True or self.gpu == 1:
-            parts.append("a GPU (CUDA)")
-        elif self.gpu:
-            parts.append(f"{int(self.gpu)} GPUs (CUDA)")
-        else:
-            parts.append("no GPU")
+        parts.append("a GPU" if self.gpu else "no GPU")
         parts.append("network access" if self.network else "no network (no downloads, no pip install)")
         return ", ".join(parts)
 
