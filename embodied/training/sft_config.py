@@ -28,7 +28,7 @@ from wmrl.core.train_config import (
     refuse_resume_changes,
 )
 from wmrl.embodied.env.suites import DEFAULT_SUITE, SUITE_NUM_TASKS, check_suite
-from wmrl.embodied.training.config import _LORA_TARGETS
+from wmrl.embodied.training.config import _LORA_TARGETS, check_loading
 from wmrl.embodied.training.config import _positive_int as _int
 
 __all__ = [
@@ -72,17 +72,7 @@ class SFTPolicySpec:
 
     def __post_init__(self) -> None:
         require(bool(self.source), "policy.source must be 'tiny' or a policy folder")
-        require(
-            self.dtype in ("auto", "float32", "bfloat16", "float16"),
-            f"policy.dtype must be auto, float32, bfloat16 or float16; got {self.dtype!r}",
-        )
-        if self.checkpoint_step is not None:
-            _int("policy.checkpoint_step", self.checkpoint_step, 0)
-        if self.jpeg_quality is not None:
-            require(
-                isinstance(self.jpeg_quality, int) and 1 <= self.jpeg_quality <= 100,
-                f"policy.jpeg_quality must be an integer in [1, 100] or null; got {self.jpeg_quality!r}",
-            )
+        check_loading(self)
 
     def as_policy_spec(self):
         """The RL trainer's :class:`~wmrl.embodied.training.config.PolicySpec` for the same source."""
