@@ -7,8 +7,11 @@
 * ``wmrl autoresearch grade TASK SOLUTION.py [--backend B] [--time-limit S] [--memory-limit MB] [--json]``:
   run a solution in the sandbox and print its grade.
 * ``wmrl autoresearch wm-fidelity``: the world model against real execution on the same solutions.
-* ``wmrl train autoresearch``, ``wmrl eval autoresearch``: GRPO training and held-out evaluation, with
-  the flags every domain shares (``wmrl.autoresearch.training.commands``).
+* ``wmrl train autoresearch``, ``wmrl train autoresearch-sft``, ``wmrl eval autoresearch``: GRPO
+  training, the supervised warm start and held-out evaluation, with the flags every domain shares
+  (``wmrl.autoresearch.training.commands``).
+* ``wmrl bench autoresearch``: the real-LM benchmark of the three modes (``wmrl.autoresearch.evaluation.bench``).
+* ``wmrl autoresearch warm-start``: build (once) and show the cached embedded warm start ``smollm2-warm``.
 
 The short forms ``wmrl tasks``, ``wmrl grade`` and ``wmrl wm-fidelity`` keep working (not listed).
 """
@@ -65,17 +68,45 @@ def _add_verbs(root, hidden: bool) -> None:
 
 def register(root) -> None:
     """Add this package's commands to the ``wmrl`` command tree (see ``wmrl.core.cli.CommandRoot``)."""
+    from wmrl.autoresearch.evaluation.bench import register as register_bench
     from wmrl.autoresearch.training.commands import register_eval, register_train
 
     register_train(root)
     register_eval(root)
-    _add_verbs(
-        root.domain(
-            "autoresearch", "AutoResearch tools: the task suite, grading a script, world-model fidelity"
-        ),
-        hidden=False,
+    register_bench(root)
+    domain = root.domain(
+        "autoresearch",
+        "AutoResearch tools: the task suite, grading a script, world-model fidelity, the warm start",
     )
+    _add_verbs(domain, hidden=False)
+    warm = domain.command(
+        "warm-start",
+        "build (once) the embedded warm start 'smollm2-warm' that `wmrl train autoresearch` starts from, and "
+        "print where it is cached",
+        _warm_start,
+    )
+    warm.add_argument("--rebuild", action="store_true", help="build it again even if it is cached")
+    warm.add_argument("--no-progress", action="store_true", help="hide progress bars")
     _add_verbs(root, hidden=True)  # the short forms `wmrl grade`, `wmrl tasks`, `wmrl wm-fidelity`
+
+
+def _warm_start(args: argparse.Namespace) -> int:
+    from wmrl.autoresearch.training.warm import ensure_warm_start
+    from wmrl.core.cli_runs import USER_ERRORS
+
+    try:
+        final = ensure_warm_start(progress=not args.no_progress, rebuild=args.rebuild)
+    except USER_ERRORS as err:
+        print(f"wmrl autoresearch warm-start: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    summary = json.loads((final.parent / "run_summary.json").read_text())
+    print(f"[wmrl] warm start 'smollm2-warm': {final}")
+    print(
+        f"[wmrl]   built in {summary['wall_s']:.0f} s; loss {summary['loss_first']:.3f} -> {summary['loss_last']:.3f}; "
+        f"corpus {summary['corpus']['agent_examples']} agent + {summary['corpus']['world_model_examples']} "
+        f"world-model examples from {summary['corpus']['executions']} real executions"
+    )
+    return 0
 
 
 def _summary(task) -> dict:

@@ -110,13 +110,14 @@ def add_train_command(
     presets: str | None = None,
     default_out: str | None = None,
     preset_flags: Mapping[str, tuple[str, str]] | None = None,
-    checkpoint_marker: str | None = None,
+    stage: bool = False,
 ) -> argparse.ArgumentParser:
     """Register ``wmrl train NAME`` (see the module docstring).
 
     ``preset_flags``: ``{"--smoke": ("smoke", "help")}``, switches that mean ``--config PRESET``.
-    ``checkpoint_marker``: the file that makes one of this trainer's checkpoints complete, for a
-    trainer that writes no correction state (:class:`~wmrl.core.rundir.RunDirectory`'s ``marker``).
+    ``stage``: the trainer is a stage without a correction (supervised fine-tuning): its checkpoints
+    are complete when they hold ``wmrl_stage.json`` (:func:`~wmrl.core.rundir.write_stage_marker`),
+    not the correction's state (:class:`~wmrl.core.rundir.RunDirectory`'s ``marker``).
     """
     prog = f"wmrl train {name}"
     sub = root.group("train").add_parser(
@@ -133,7 +134,7 @@ def add_train_command(
     out_pattern = default_out or f"runs/{name}-{{time}}"
 
     def handler(args: argparse.Namespace) -> int:
-        return _train(args, prog, config, run, presets, out_pattern, checkpoint_marker)
+        return _train(args, prog, config, run, presets, out_pattern, stage)
 
     sub.set_defaults(handler=handler)
     return sub
@@ -146,9 +147,9 @@ def _train(
     run_path: str,
     presets: str | None,
     out_pattern: str,
-    checkpoint_marker: str | None = None,
+    stage: bool = False,
 ) -> int:
-    from wmrl.core.rundir import RunDirectory
+    from wmrl.core.rundir import STAGE_FILE, RunDirectory
 
     out = args.out
     if args.resume_from and not out:
@@ -179,7 +180,7 @@ def _train(
         )
     out = out or out_pattern.format(time=time.strftime("%Y%m%d-%H%M%S"), mode=getattr(config, "mode", "run"))
     try:
-        marker = {"marker": checkpoint_marker} if checkpoint_marker else {}
+        marker = {"marker": STAGE_FILE} if stage else {}
         run_dir = RunDirectory(
             Path(out), resume=args.resume, resume_from=args.resume_from, command=prog, **marker
         )

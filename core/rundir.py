@@ -9,7 +9,10 @@ Every trainer writes the same layout::
     RUN/plots/*.png                  calibration curve, fusion weights, reward
     RUN/checkpoints/checkpoint-N/    N = steps completed; each holds the policy, the optimiser,
                                      wmrl_corrector.json and wmrl_ledger.json (written last: a
-                                     folder without them is incomplete and never resumed from)
+                                     folder without them is incomplete and never resumed from);
+                                     a stage with no corrector (supervised fine-tuning) writes
+                                     wmrl_stage.json last instead (write_stage_marker) and
+                                     names it as its RunDirectory's marker
 
 The rules (:class:`RunDirectory`):
 
@@ -31,10 +34,22 @@ from pathlib import Path
 
 from wmrl.core.pipeline import CORRECTOR_FILE
 
-__all__ = ["CHECKPOINTS", "RunDirectory", "checkpoint_step", "latest_checkpoint", "list_checkpoints"]
+__all__ = [
+    "CHECKPOINTS",
+    "STAGE_FILE",
+    "RunDirectory",
+    "checkpoint_step",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "read_stage_marker",
+    "write_stage_marker",
+]
 
 #: The checkpoints' folder inside a run directory, and each checkpoint's name.
 CHECKPOINTS = "checkpoints"
+#: The completion marker of a checkpoint written by a stage that has no corrector (a supervised
+#: warm start): written last, like ``wmrl_corrector.json`` in an RL checkpoint.
+STAGE_FILE = "wmrl_stage.json"
 _NAME = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -46,12 +61,34 @@ def checkpoint_step(folder: str | Path) -> int:
     return int(match.group(1))
 
 
+def write_stage_marker(folder: str | Path, **info: object) -> Path:
+    """Mark ``folder`` as a complete checkpoint of a stage without a corrector (call it last).
+
+    ``info`` (JSON-serialisable: the stage's name, the step, what the stage needs to resume) is
+    stored in the marker; :func:`read_stage_marker` reads it back.
+    """
+    import json
+
+    path = Path(folder) / STAGE_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(info, indent=2, default=str))
+    tmp.replace(path)
+    return path
+
+
+def read_stage_marker(folder: str | Path) -> dict:
+    """What :func:`write_stage_marker` stored in ``folder``."""
+    import json
+
+    return json.loads((Path(folder) / STAGE_FILE).read_text())
+
+
 def list_checkpoints(run_dir: str | Path, marker: str = CORRECTOR_FILE) -> list[Path]:
     """Complete checkpoints of a run, oldest first.
 
     A checkpoint is complete when it holds ``marker``, the file its trainer writes last: the
-    correction's state for every RL trainer; a trainer without a correction (supervised fine-tuning)
-    names its own.
+    correction's state for every RL trainer; a stage without a correction (supervised fine-tuning)
+    writes :data:`STAGE_FILE` with :func:`write_stage_marker` and passes ``marker=STAGE_FILE``.
     """
     root = Path(run_dir) / CHECKPOINTS
     if not root.is_dir():
@@ -78,7 +115,8 @@ class RunDirectory:
         resume: continue the run in ``path``.
         resume_from: continue from this checkpoint folder (implies ``resume``).
         command: the command line that resumes, for messages (``wmrl train autoresearch``).
-        marker: the file that makes a checkpoint folder complete (see :func:`list_checkpoints`).
+        marker: the file that makes a checkpoint folder complete (see :func:`list_checkpoints`):
+            :data:`STAGE_FILE` for a stage without a corrector.
 
     Attributes (after construction):
         checkpoint: the checkpoint to continue from (``None``: start at step 0).

@@ -8,6 +8,10 @@ own sections (the model, the tasks or the simulator, the engine's knobs). The sh
 * ``lora`` (:class:`LoraConfig`), ``logging`` (:class:`LoggingConfig`), ``checkpoint``
   (:class:`CheckpointConfig`) and ``corrector`` (:class:`~wmrl.core.corrector.CorrectorConfig`).
 
+A *supervised* stage (a warm start before RL) extends the sibling :class:`SupervisedConfigBase`
+instead: it shares ``lora``, ``logging``, ``checkpoint``, ``learning_rate``, ``seed`` and the resume
+rules, but has no mode, groups or corrector (a setting that would do nothing is not offered).
+
 Validation resolves the mode into the corrector (:func:`wmrl.core.modes.resolve_corrector`), so the
 config object *is* what runs: ``config.corrector`` of a ``mode=real`` run anchors every group, and
 ``--print-config`` shows exactly that. A setting the mode contradicts is refused.
@@ -37,6 +41,7 @@ __all__ = [
     "CheckpointConfig",
     "LoggingConfig",
     "LoraConfig",
+    "SupervisedConfigBase",
     "TrainConfigBase",
     "flatten",
 ]
@@ -146,6 +151,60 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+class _ResumeRules:
+    """``to_dict`` and the resume rule shared by every run config (see :meth:`check_resume`)."""
+
+    #: Top-level keys (dotted prefixes) a resumed run of this domain may change, besides RESUMABLE.
+    resumable: ClassVar[tuple[str, ...]] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    def check_resume(self, saved: Mapping[str, Any]) -> None:
+        """Refuse to resume a run saved with config ``saved`` (a dict) under this config if they differ
+        in anything but the resumable keys.
+
+        Raises:
+            ConfigError: naming the keys that differ.
+        """
+        refuse_resume_changes(saved, self.to_dict(), (*RESUMABLE, *self.resumable))
+
+
+@dataclass(frozen=True)
+class SupervisedConfigBase(_ResumeRules):
+    """The shared part of a supervised stage's config (a warm start before RL; see the module docstring).
+
+    Attributes:
+        epochs: passes over the training examples.
+        batch_size: examples per optimiser step.
+        learning_rate: the optimiser's learning rate.
+        seed: seed of the stage (data order, initialisation of the adapters).
+        lora: adapters on the model (merged into it at the end of the stage).
+        logging: trackers, progress and plots.
+        checkpoint: checkpoint interval (in optimiser steps) and retention.
+    """
+
+    resumable: ClassVar[tuple[str, ...]] = ("epochs",)
+
+    epochs: int = 1
+    batch_size: int = 4
+    learning_rate: float = 5e-4
+    seed: int = 0
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+    def __post_init__(self) -> None:
+        _int_at_least(self.epochs, "epochs", 1)
+        _int_at_least(self.batch_size, "batch_size", 1)
+        require(
+            not self.logging.completions,
+            "logging.completions is the RL completions table (both reward streams); a supervised stage has none",
+        )
+        require(self.learning_rate > 0, f"learning_rate must be > 0; got {self.learning_rate}")
+        _int_at_least(self.seed, "seed", 0)
+
+
 def _corrector_default(cls: type) -> CorrectorConfig:
     """The ``corrector`` a config class starts from (its field's default)."""
     f = next(f for f in dataclasses.fields(cls) if f.name == "corrector")
@@ -153,7 +212,7 @@ def _corrector_default(cls: type) -> CorrectorConfig:
 
 
 @dataclass(frozen=True)
-class TrainConfigBase:
+class TrainConfigBase(_ResumeRules):
     """The shared part of every domain's training config (see the module docstring).
 
     Attributes:
@@ -169,9 +228,6 @@ class TrainConfigBase:
         checkpoint: checkpoint interval and retention.
         corrector: the correction (anchor scheduler, debiasing, fusion, advantages), as resolved by the mode.
     """
-
-    #: Top-level keys (dotted prefixes) a resumed run of this domain may change, besides RESUMABLE.
-    resumable: ClassVar[tuple[str, ...]] = ()
 
     mode: Mode = Mode.WMRL
     steps: int = 3
@@ -226,18 +282,6 @@ class TrainConfigBase:
             yield
         finally:
             _BASELINE.reset(token)
-
-    def to_dict(self) -> dict[str, Any]:
-        return to_dict(self)
-
-    def check_resume(self, saved: Mapping[str, Any]) -> None:
-        """Refuse to resume a run saved with config ``saved`` (a dict) under this config if they differ
-        in anything but the resumable keys.
-
-        Raises:
-            ConfigError: naming the keys that differ.
-        """
-        refuse_resume_changes(saved, self.to_dict(), (*RESUMABLE, *self.resumable))
 
 
 def refuse_resume_changes(

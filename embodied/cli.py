@@ -60,7 +60,7 @@ def register(root) -> None:
         presets="wmrl.embodied.training.sft_config:PRESETS",
         default_out="runs/train_embodied_sft/{time}",
         preset_flags={"--smoke": ("smoke", "the CPU smoke preset (same as --config smoke)")},
-        checkpoint_marker="wmrl_sft.json",
+        stage=True,  # supervised: checkpoints complete with wmrl_stage.json, not a correction's state
     )
     root.group("serve", "serve a model over HTTP (a world model that trainers on other machines call)")
     serve = root.subcommand(

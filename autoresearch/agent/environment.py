@@ -52,7 +52,7 @@ class SandboxEnvironment:
         time_limit_s: wall-clock seconds one run may take (> 0).
         memory_mb: memory one run may use, MiB (> 0).
         cpus: CPU cores available (``None``: unspecified).
-        gpu: whether a GPU is visible.
+        gpu: whether a GPU is visible: ``False``, ``True``, or the number of GPUs one run sees.
         network: whether the network is reachable (never, in the WMRL sandboxes).
         libraries: ``"name version"`` strings of the importable third-party libraries.
     """
@@ -60,7 +60,7 @@ class SandboxEnvironment:
     time_limit_s: float = 600.0
     memory_mb: int = 4096
     cpus: int | None = None
-    gpu: bool = False
+    gpu: bool | int = False
     network: bool = False
     libraries: tuple[str, ...] = ()
 
@@ -77,6 +77,8 @@ class SandboxEnvironment:
             isinstance(self.cpus, bool) or not isinstance(self.cpus, int) or self.cpus <= 0
         ):
             raise ValueError(f"cpus must be None or an int > 0; got {self.cpus!r}")
+        if not isinstance(self.gpu, (bool, int)) or self.gpu < 0:
+            raise ValueError(f"gpu must be a bool or a GPU count >= 0; got {self.gpu!r}")
         object.__setattr__(self, "libraries", tuple(self.libraries))
         if not all(isinstance(x, str) and x for x in self.libraries):
             raise ValueError("libraries must be non-empty strings such as 'numpy 1.26.4'")
@@ -90,15 +92,17 @@ class SandboxEnvironment:
 
     @classmethod
     def from_task(
-        cls, task: Any, limits: Any = None, libraries: tuple[str, ...] | None = None
+        cls, task: Any, limits: Any = None, libraries: tuple[str, ...] | None = None, gpus: int = 0
     ) -> SandboxEnvironment:
         """Limits from a task (``time_limit_s``, ``memory_limit_mb``) and optionally a sandbox
-        ``Limits`` record (``cpus``/``threads``, ``gpu``), which overrides CPU and GPU."""
+        ``Limits`` record (``cpus``/``threads``, ``gpu``), which overrides CPU and GPU; ``gpus``: the
+        GPUs each run is assigned (``sandbox.gpus_per_slot``)."""
         cpus = None
-        gpu = False
+        gpu: bool | int = gpus if gpus else False
         if limits is not None:
             cpus = getattr(limits, "cpus", None) or getattr(limits, "threads", None)
-            gpu = bool(getattr(limits, "gpu", False))
+            value = getattr(limits, "gpu", False)
+            gpu = len(value) if isinstance(value, tuple) else bool(value) or gpu
         return cls(
             time_limit_s=float(task.time_limit_s),
             memory_mb=int(task.memory_limit_mb),
@@ -115,7 +119,12 @@ class SandboxEnvironment:
         parts = [f"time limit {time_text} (wall clock)", f"memory {memory}"]
         if self.cpus:
             parts.append(f"{self.cpus} CPU core{'s' if self.cpus > 1 else ''}")
-        parts.append("a GPU" if self.gpu else "no GPU")
+        if self.gpu is True or self.gpu == 1:
+            parts.append("a GPU (CUDA)")
+        elif self.gpu:
+            parts.append(f"{int(self.gpu)} GPUs (CUDA)")
+        else:
+            parts.append("no GPU")
         parts.append("network access" if self.network else "no network (no downloads, no pip install)")
         return ", ".join(parts)
 

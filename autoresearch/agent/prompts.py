@@ -5,7 +5,7 @@ The system prompt states the contract every sandbox backend implements:
 * ``DATA_DIR``: environment variable holding the public data folder (read-only);
 * ``SUBMISSION_PATH``: environment variable holding the path of the CSV to write;
 * the working directory is a fresh, empty scratch folder;
-* time and memory limits, CPUs, no GPU, no network, the available libraries.
+* time and memory limits, CPUs, the GPUs assigned to the run (or none), no network, the available libraries.
 
 Prompt text is versioned (:data:`PROMPT_VERSION`); change the version with the text, because
 rollouts are only comparable under the same prompt.

@@ -1,14 +1,18 @@
-"""``wmrl eval autoresearch``: sample k solutions per held-out task from a policy, grade them for real.
+"""``wmrl eval autoresearch``: the paper's protocol on held-out tasks, graded for real.
 
 1. The evaluated tasks (the bundled held-out split by default) are checked to be disjoint from the
-   tasks the policy was trained on (read from the run's ``config.json`` when the model is a run's
-   ``final/`` folder, else given with ``--train-tasks``, else the bundled training split); any
-   overlap is an error, never a warning.
+   tasks the policy was trained on: its whole lineage (``final/wmrl_policy.json`` records the
+   training tasks of the run and of the warm start it came from), else the run's ``config.json``,
+   else ``--train-tasks``, else the bundled training split. Any overlap is an error, never a warning
+   (``in_sample=true`` evaluates training tasks on purpose, and the report says so).
 2. The policy is loaded from a local path or an installed package only (:func:`load_policy`: a
-   Hugging Face folder, a run's LoRA adapter folder merged into its base, a ``.gguf`` file, or
-   ``smollm2``).
-3. Each task gets the same prompt as in training (system prompt + task overview), ``k`` samples are
-   drawn, each reply's script is run in the sandbox and graded; :mod:`.report` aggregates.
+   Hugging Face folder, a run's LoRA adapter folder merged into its base, a ``.gguf`` file,
+   ``smollm2`` or ``smollm2-warm``), on the CPU or a GPU (``device``).
+3. Each task gets the same prompt as in training; per seed, ``k`` trajectories of K turns are drawn:
+   each reply's script is executed in the sandbox by the same reward source as training's anchors,
+   and the result becomes the next observation through the same agent episode (same feedback
+   text). :mod:`.report` aggregates: valid rate, avg@k, medals, per-category means, the mean over
+   categories, each ± SEM over seeds.
 """
 
 from __future__ import annotations
@@ -58,8 +62,11 @@ def training_tasks_of(
 ) -> tuple[list[str], str]:
     """The task ids the policy was trained on, and where that answer came from.
 
-    ``given`` (a comma-separated list or a sequence) wins; else a run directory's ``config.json``
-    next to (or above) the model folder; else the bundled training split.
+    ``given`` (a comma-separated list or a sequence) wins. Else the policy folder's
+    ``wmrl_policy.json`` (its ``train_tasks``: every stage of its lineage, a warm start included),
+    joined with the run's ``config.json`` next to (or above) the model folder (``tasks.ids`` of a
+    GRPO run, ``corpus.ids`` of a warm start; empty ids = the bundled training split). Else the
+    bundled training split.
     """
     from wmrl.autoresearch.tasks.load import load_task
     from wmrl.autoresearch.tasks.suite import TRAIN_TASKS
@@ -68,6 +75,17 @@ def training_tasks_of(
         refs = [s.strip() for s in given.split(",")] if isinstance(given, str) else list(given)
         return [_task_id(r, load_task) for r in refs if r], "--train-tasks"
     path = Path(model)
+    found: list[str] = []
+    sources: list[str] = []
+    policy_file = path / "wmrl_policy.json"
+    if policy_file.is_file():
+        try:
+            recorded = json.loads(policy_file.read_text()).get("train_tasks")
+        except (json.JSONDecodeError, AttributeError):
+            recorded = None
+        if isinstance(recorded, list):
+            found += [str(t) for t in recorded]
+            sources.append(str(policy_file))
     for folder in (path, path.parent, path.parent.parent):
         config = folder / "config.json"
         if path.exists() and config.is_file():
@@ -75,10 +93,16 @@ def training_tasks_of(
                 data = json.loads(config.read_text())
             except json.JSONDecodeError:
                 continue
-            tasks = data.get("tasks") if isinstance(data, dict) else None
-            if isinstance(tasks, dict):
-                ids = tasks.get("ids") or list(TRAIN_TASKS)
-                return [_task_id(r, load_task) for r in ids], str(config)
+            if not isinstance(data, dict):
+                continue
+            section = data.get("tasks") if isinstance(data.get("tasks"), dict) else data.get("corpus")
+            if isinstance(section, dict):
+                ids = section.get("ids") or list(TRAIN_TASKS)
+                found += [_task_id(r, load_task) for r in ids]
+                sources.append(str(config))
+                break
+    if found:
+        return list(dict.fromkeys(found)), " + ".join(sources)
     return list(TRAIN_TASKS), "the bundled training split"
 
 
@@ -111,7 +135,9 @@ def load_policy(spec: str | os.PathLike, device: str = "cpu"):
         ModelNotFoundError: nothing loadable; the message says how to provide a model.
     """
     from wmrl.autoresearch.llm.models import LoadedModel, ModelNotFoundError, load_model
+    from wmrl.autoresearch.training.warm import resolve_spec
 
+    spec = resolve_spec(spec)
     path = Path(spec).expanduser()
     adapter = path / "adapter_config.json"
     if not (path.is_dir() and adapter.is_file()):
@@ -125,7 +151,7 @@ def load_policy(spec: str | os.PathLike, device: str = "cpu"):
     errors = []
     for candidate in [c for c in candidates if c]:
         try:
-            loaded = load_model(candidate, device=device)
+            loaded = load_model(resolve_spec(candidate), device=device)
             break
         except ModelNotFoundError as err:
             errors.append(str(err))
@@ -147,104 +173,205 @@ def load_policy(spec: str | os.PathLike, device: str = "cpu"):
     return LoadedModel(model=model, tokenizer=tokenizer, model_id=str(path.resolve()), path=path)
 
 
+_MEDAL_RANK = {m: i for i, m in enumerate(("gold", "silver", "bronze", "above_median", "none"))}
+
+
+def _trajectory_grade(turns: list[tuple[str, float | None, float | None, str | None]], reward: float | None):
+    """A trajectory's grade from its turns ``(status, position, reward, medal)``: its best turn (the
+    training aggregation's reward; valid if any turn was, the best position and medal over turns)."""
+
+    if reward is None:  # an unknown turn makes the trajectory unknown (the training rule)
+        return RolloutGrade("harness_error", None, None, None, len(turns))
+    valid = [t for t in turns if t[0] == "valid"]
+    if valid:
+        best = max(valid, key=lambda t: t[1])
+        medals = [t[3] for t in valid if t[3] is not None]
+        medal = min(medals, key=_MEDAL_RANK.__getitem__) if len(medals) == len(valid) else None
+        return RolloutGrade("valid", best[1], reward, medal, len(turns))
+    known = [t for t in turns if t[2] is not None]
+    status = max(known, key=lambda t: t[2])[0] if known else turns[-1][0]
+    return RolloutGrade(status, None, reward, None, len(turns))
+
+
 def evaluate_policy(
     model: str | os.PathLike,
     *,
     tasks: str | Sequence[str] = "eval",
     samples: int = 4,
+    seeds: Sequence[int] = (0,),
+    turns: int = 1,
     train_tasks: str | Sequence[str] | None = None,
+    in_sample: bool = False,
     max_new_tokens: int = 384,
     temperature: float = 0.7,
     backend: str = "bwrap",
     time_limit_s: float | None = 120.0,
     memory_limit_mb: int | None = 2048,
+    workers: int = 2,
+    gpus: Sequence[int] = (),
+    gpus_per_slot: int = 1,
     overview_tokens: int = 400,
-    seed: int = 0,
+    feedback_max_tokens: int = 300,
+    mledojo_root: str | os.PathLike | None = None,
+    data_dir: str | os.PathLike | None = None,
     batch_size: int = 4,
     device: str = "cpu",
     log=None,
     progress: bool = False,
 ) -> EvalReport:
-    """Evaluate ``model`` on held-out tasks (see the module docstring); returns the report.
+    """Evaluate ``model`` (see the module docstring); returns the report.
 
-    ``progress``: a bar over the rollouts graded in the sandbox.
+    Every seed draws ``samples`` trajectories per task. A trajectory is ``turns`` attempts: each reply
+    is parsed and executed in the sandbox by the same reward source that grades training's anchors,
+    and its feedback becomes the next user message through the same agent episode as in training
+    (:func:`~wmrl.autoresearch.training.episodes.episode_factory`); the trajectory's grade is its
+    best turn. ``in_sample`` allows training tasks (the report says so); otherwise any overlap with
+    the policy's training tasks is an error. ``mledojo_root``: an MLE-Dojo checkout whose
+    leaderboards DSBench tasks are ranked on; ``data_dir``: MLE-bench's data folder.
+    ``progress``: a bar over the graded turns.
     """
-    from wmrl.autoresearch.agent.actions import parse_action
-    from wmrl.autoresearch.grading import ExecutionGrader
-    from wmrl.autoresearch.llm import SamplingConfig, TransformersBackend
-    from wmrl.autoresearch.sandbox import backend_problems, make_sandbox
-    from wmrl.autoresearch.training.data import TrainingTask, build_prompt_rows
-    from wmrl.autoresearch.training.run import AGENT_LIBRARIES
-
-    if samples < 1:
-        raise EvalError(f"samples must be >= 1; got {samples}")
-    split, refs = resolve_eval_tasks(tasks)
-    from wmrl.autoresearch.tasks.load import load_task
-
-    loaded_tasks = [load_task(r, time_limit_s=time_limit_s, memory_limit_mb=memory_limit_mb) for r in refs]
-    train_ids, source = training_tasks_of(model, train_tasks)
-    check_disjoint([t.id for t in loaded_tasks], train_ids, source)
-    sandbox = make_sandbox(backend)
-    if getattr(sandbox, "problem", None):
-        working = [n for n, p in backend_problems().items() if p is None]
-        raise EvalError(
-            f"sandbox backend {backend!r} cannot run here: {sandbox.problem}; backends that can: {working}"
-        )
-    policy = load_policy(model, device=device)
-    engine = TransformersBackend(
-        policy.model, policy.tokenizer, model_id=policy.model_id, batch_size=batch_size
-    )
-    grader = ExecutionGrader(sandbox=sandbox)
-    # The same prompts as in training (built directly: resolve_training_tasks refuses held-out tasks).
-    rows = build_prompt_rows(
-        [TrainingTask(ref=r, task=t) for r, t in zip(refs, loaded_tasks, strict=True)],
-        overview_tokens=overview_tokens,
-        tokens=policy.tokenizer,
-        libraries=AGENT_LIBRARIES,
-    )
-    sampling = SamplingConfig(
-        n=samples, temperature=temperature, top_p=1.0, max_new_tokens=max_new_tokens, seed=seed
-    )
     import sys
 
     from tqdm import tqdm
 
-    if log is not None:
-        log(f"[wmrl] sampling {samples} solutions for each of {len(rows)} tasks")
-    completions = engine.complete([r["prompt"] for r in rows], sampling)
-    reports = []
-    bar = tqdm(
-        total=len(rows) * samples, desc="grading", unit="rollout", disable=not progress, file=sys.stderr
+    from wmrl.autoresearch.agent.episode import EpisodeConfig
+    from wmrl.autoresearch.grading import ExecutionRewardSource
+    from wmrl.autoresearch.llm import SamplingConfig, TransformersBackend
+    from wmrl.autoresearch.tasks.load import load_task
+    from wmrl.autoresearch.training.config import SandboxSection
+    from wmrl.autoresearch.training.data import TrainingTask, build_prompt_rows
+    from wmrl.autoresearch.training.episodes import episode_factory
+    from wmrl.autoresearch.training.run import AGENT_LIBRARIES, build_grader
+    from wmrl.autoresearch.training.streams import solution_items
+    from wmrl.core.rollouts import Exact
+
+    if samples < 1:
+        raise EvalError(f"samples must be >= 1; got {samples}")
+    if turns < 1:
+        raise EvalError(f"turns must be >= 1; got {turns}")
+    seeds = list(seeds)
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise EvalError(f"seeds must be distinct and at least one; got {seeds}")
+    split, refs = resolve_eval_tasks(tasks)
+    loaded_tasks = [
+        load_task(
+            r,
+            time_limit_s=time_limit_s,
+            memory_limit_mb=memory_limit_mb,
+            mledojo_root=mledojo_root,
+            data_dir=data_dir,
+        )
+        for r in refs
+    ]
+    train_ids, source = training_tasks_of(model, train_tasks)
+    if not in_sample:
+        check_disjoint([t.id for t in loaded_tasks], train_ids, source)
+    section = SandboxSection(
+        backend=backend,
+        time_limit_s=time_limit_s,
+        memory_limit_mb=memory_limit_mb,
+        workers=workers,
+        gpus=tuple(gpus),
+        gpus_per_slot=gpus_per_slot,
     )
-    for task, replies in zip(loaded_tasks, completions, strict=True):
-        grades = []
-        for completion in replies:
-            bar.update(1)
-            action = parse_action(completion.text)
-            if action.malformed:
-                grades.append(RolloutGrade("malformed", None, grader.ladder.reward("syntax_error")))
-                continue
-            result = grader.grade(task, action.code or "")
-            grades.append(
-                RolloutGrade(
-                    result.status, result.position if result.status == "valid" else None, result.reward
-                )
+    grader = build_grader(section)  # the sandbox of training's anchors (GPU slots included)
+    policy = load_policy(model, device=device)
+    engine = TransformersBackend(
+        policy.model, policy.tokenizer, model_id=policy.model_id, batch_size=batch_size
+    )
+    by_ref = dict(zip(refs, loaded_tasks, strict=True))
+    # The anchor stream of training: the same grader, the same feedback (Grade.feedback).
+    anchor = ExecutionRewardSource(
+        grader,
+        max_workers=workers,
+        task_loader=lambda ref: by_ref[ref],
+    )
+    rows = build_prompt_rows(
+        [TrainingTask(ref=r, task=t) for r, t in zip(refs, loaded_tasks, strict=True)],
+        turns=turns,
+        overview_tokens=overview_tokens,
+        tokens=policy.tokenizer,
+        libraries=AGENT_LIBRARIES,
+        gpus=section.gpu_count,
+    )
+    make_episode = episode_factory(
+        EpisodeConfig(turns=turns, feedback_max_tokens=feedback_max_tokens), policy.tokenizer
+    )
+    item_of = solution_items()
+    if log is not None:
+        log(f"[wmrl] {len(seeds)} seed(s) x {samples} trajectories x {len(rows)} tasks, {turns} turn(s) each")
+    bar = tqdm(
+        total=len(seeds) * len(rows) * samples * turns,
+        desc="eval",
+        unit="turn",
+        disable=not progress,
+        file=sys.stderr,
+    )
+    reports = []
+    for seed in seeds:
+        # trajectories: (task index, episode, per-turn (status, position, reward, medal))
+        trajectories = [
+            (i, make_episode(row["prompt"], row), []) for i, row in enumerate(rows) for _ in range(samples)
+        ]
+        for turn in range(turns):
+            live = [t for t in trajectories if not t[1].episode.done]
+            if not live:
+                break
+            sampling = SamplingConfig(
+                n=1,
+                temperature=temperature,
+                top_p=1.0,
+                max_new_tokens=max_new_tokens,
+                seed=seed * 1000 + turn,
             )
-        report = task_report(task.id, task.category, grades)
-        reports.append(report)
-        bar.set_postfix_str(task.id)
-        if log is not None:
-            log(f"[wmrl] {task.id}: valid {report.valid_rate}, avg@{samples} {report.avg_position}")
+            replies = engine.complete([list(t[1].episode.messages) for t in live], sampling)
+            items = []
+            for (i, episode, _), reply in zip(live, replies, strict=True):
+                episode.add_reply(reply[0].text)
+                items.append(item_of(reply[0].text, rows[i]))
+            run = [k for k, item in enumerate(items) if not isinstance(item, Exact)]
+            graded = dict(zip(run, anchor.grade([items[k] for k in run]), strict=True))
+            for k, ((_, episode, record), item) in enumerate(zip(live, items, strict=True)):
+                if isinstance(item, Exact):
+                    reward, feedback, status, info = item.value, item.feedback, item.status, {}
+                else:
+                    grade = graded[k]
+                    reward, feedback, status, info = grade.value, grade.feedback, grade.status, grade.info
+                position = info.get("position") if status == "valid" else None
+                medal = info.get("medal") if status == "valid" else None
+                record.append((status or "unknown", position, reward, medal))
+                episode.add_outcome(reward, feedback, status)
+                bar.update(1)
+        by_task: dict[int, list] = {}
+        for i, episode, record in trajectories:
+            by_task.setdefault(i, []).append(_trajectory_grade(record, episode.reward()))
+        for i, grades in sorted(by_task.items()):
+            task = loaded_tasks[i]
+            report = task_report(task.id, task.category, grades, seed=seed)
+            reports.append(report)
+            if log is not None:
+                log(
+                    f"[wmrl] seed {seed} {task.id}: valid {report.valid_rate}, avg@{samples} {report.avg_position}"
+                )
     bar.close()
     settings: dict[str, Any] = {
         "max_new_tokens": max_new_tokens,
         "temperature": temperature,
-        "seed": seed,
         "sandbox": backend,
         "time_limit_s": time_limit_s,
         "overview_tokens": overview_tokens,
+        "feedback_max_tokens": feedback_max_tokens,
+        "device": device,
         "train_tasks_source": source,
+        "mledojo_root": str(mledojo_root) if mledojo_root else None,
     }
     return aggregate(
-        reports, model=str(model), split=split, samples=samples, train_tasks=train_ids, settings=settings
+        reports,
+        model=str(model),
+        split=split,
+        samples=samples,
+        train_tasks=train_ids,
+        settings=settings,
+        turns=turns,
+        in_sample=in_sample,
     )

@@ -187,7 +187,9 @@ def run_fidelity(
         raise FidelityError(f"per_task must be >= 1; got {per_task}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    loaded = load_model(model, device=device)
+    from wmrl.autoresearch.training.warm import resolve_spec
+
+    loaded = load_model(resolve_spec(model), device=device)
     if solutions == "corpus":
         corpus = load_corpus(corpus_dir)
         items = [

@@ -287,6 +287,8 @@ def pool_metrics(pool: Any) -> dict[str, float]:
         sandbox = pool.sandbox
     else:
         sandbox = pool
+    while not isinstance(sandbox, RaySandbox) and "sandbox" in vars(sandbox):  # a wrapper (GPU requests)
+        sandbox = vars(sandbox)["sandbox"]
     if isinstance(sandbox, RaySandbox):
         out.update(sandbox.pool.metrics())
     return out

@@ -1,4 +1,4 @@
-"""``wmrl train autoresearch``, ``wmrl eval autoresearch`` and ``wmrl autoresearch wm-fidelity``.
+"""``wmrl train autoresearch``, ``wmrl train autoresearch-sft``, ``wmrl eval autoresearch`` and ``wmrl autoresearch wm-fidelity``.
 
 Registered from :mod:`wmrl.autoresearch.cli`. Training and evaluation take the shared flags of every
 domain (:mod:`wmrl.core.cli_runs`); this module imports only the standard library at import time
@@ -42,6 +42,15 @@ def register_train(root) -> None:
         config="wmrl.autoresearch.training.config:TrainConfig",
         run="wmrl.autoresearch.training.run:run_from_cli",
         default_out="runs/autoresearch-{time}",
+    )
+    root.train(
+        "autoresearch-sft",
+        "warm-start an AutoResearch agent: supervised fine-tuning (LoRA) on executed working solutions of "
+        "the training tasks, the policy `wmrl train autoresearch model.path=RUN/final` starts from",
+        config="wmrl.autoresearch.training.sft:WarmStartConfig",
+        run="wmrl.autoresearch.training.sft:run_sft_from_cli",
+        default_out="runs/autoresearch-sft-{time}",
+        stage=True,  # supervised: checkpoints complete with wmrl_stage.json, not a correction's state
     )
 
 
@@ -88,7 +97,11 @@ def register_eval(root) -> None:
             "--temperature": ("temperature", "sampling temperature"),
             "--backend": ("sandbox.backend", "sandbox backend: bwrap, docker, subprocess or auto"),
             "--time-limit": ("sandbox.time_limit_s", "seconds per execution"),
-            "--seed": ("seed", "seed of sampling"),
+            "--seeds": ("seeds", "sampling seeds, e.g. [0,1,2] (mean ± SEM over seeds)"),
+            "--turns": ("turns", "execution turns with feedback per trajectory (K)"),
+            "--device": ("device", "cpu, cuda or auto"),
+            "--in-sample": ("in_sample", "evaluate on training tasks on purpose (labelled in-sample)", True),
+            "--mledojo-root": ("mledojo_root", "an MLE-Dojo checkout: leaderboards for DSBench tasks"),
         },
     )
 
@@ -115,14 +128,23 @@ def run_eval(config, out: Path, *, resume: bool, progress: bool) -> tuple[dict[s
             config.model,
             tasks=config.tasks,
             samples=config.samples,
+            seeds=config.seeds,
+            turns=config.turns,
             train_tasks=config.train_tasks or None,
+            in_sample=config.in_sample,
             max_new_tokens=config.max_new_tokens,
             overview_tokens=config.overview_tokens,
+            feedback_max_tokens=config.feedback_max_tokens,
             temperature=config.temperature,
             backend=config.sandbox.backend,
             time_limit_s=config.sandbox.time_limit_s,
             memory_limit_mb=config.sandbox.memory_limit_mb,
-            seed=config.seed,
+            workers=config.sandbox.workers,
+            gpus=config.sandbox.gpus,
+            gpus_per_slot=config.sandbox.gpus_per_slot,
+            mledojo_root=config.mledojo_root,
+            data_dir=config.data_dir,
+            batch_size=config.batch_size,
             device=device,
             progress=progress,
         )

@@ -70,6 +70,8 @@ class TasksSection:
         limit: use only the first ``limit`` tasks (``null``: all).
         prompts_per_task: distinct prompts (prompt ids) per task in the dataset.
         overview_tokens: token budget of the task overview shown to the agent.
+        mledojo_root: an MLE-Dojo checkout whose leaderboards rank DSBench tasks (``null``: none).
+        data_dir: MLE-bench's data folder for MLE-bench competition tasks (``null``: the task's own).
     """
 
     split: Literal["train"] = "train"
@@ -77,6 +79,8 @@ class TasksSection:
     limit: int | None = None
     prompts_per_task: int = 1
     overview_tokens: int = 400
+    mledojo_root: str | None = None
+    data_dir: str | None = None
 
     def __post_init__(self) -> None:
         require(
@@ -99,6 +103,11 @@ class SandboxSection:
         memory_limit_mb: memory limit of one execution in MiB (``null``: the task's own).
         workers: executions run concurrently.
         cache: keep an in-memory result cache keyed by (task, code hash) for resubmitted scripts.
+        gpus: GPU indices the agent's code may use (``[]``: none, the code runs on CPUs). Each
+            concurrent execution gets its own ``gpus_per_slot`` of them, so ``workers`` must not exceed
+            ``len(gpus) / gpus_per_slot``; the agent is told it has a GPU. Local pool only: a Ray pool
+            gives each slot its GPUs through ``ray.gpus_per_slot``.
+        gpus_per_slot: GPUs each execution sees.
         pool: ``local`` (threads on this machine) or ``ray`` (Ray workers on any node of a cluster,
             each running ``backend``; ``docs/scale-out.md``).
         ray: the Ray pool (``pool: ray``): cluster address, slots (= ``workers``), resources per
@@ -110,6 +119,8 @@ class SandboxSection:
     memory_limit_mb: int | None = 2048
     workers: int = 2
     cache: bool = True
+    gpus: tuple[int, ...] = ()
+    gpus_per_slot: int = 1
     pool: Literal["local", "ray"] = "local"
     ray: RayPoolConfig = field(default_factory=RayPoolConfig)
 
@@ -121,7 +132,30 @@ class SandboxSection:
         if self.memory_limit_mb is not None:
             _positive_int(self.memory_limit_mb, "sandbox.memory_limit_mb", 64)
         _positive_int(self.workers, "sandbox.workers")
+        _positive_int(self.gpus_per_slot, "sandbox.gpus_per_slot")
+        require(
+            all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in self.gpus)
+            and len(set(self.gpus)) == len(self.gpus),
+            f"sandbox.gpus must be distinct device indices >= 0; got {list(self.gpus)}",
+        )
+        if self.gpus:
+            require(
+                len(self.gpus) % self.gpus_per_slot == 0,
+                f"sandbox.gpus ({len(self.gpus)}) must split into groups of sandbox.gpus_per_slot ({self.gpus_per_slot})",
+            )
+            slots = len(self.gpus) // self.gpus_per_slot
+            require(
+                self.workers <= slots,
+                f"sandbox.workers ({self.workers}) exceeds the {slots} GPU slot(s) of sandbox.gpus: every concurrent "
+                "execution gets its own GPU(s); lower workers or give more gpus",
+            )
+
         if self.pool == "ray":
+            require(
+                not self.gpus,
+                "sandbox.gpus names devices of this machine (local pool); with sandbox.pool=ray each Ray slot "
+                "gets its own GPUs through sandbox.ray.gpus_per_slot",
+            )
             require(
                 self.backend != "auto",
                 "sandbox.backend must be named (bwrap, docker or subprocess) with sandbox.pool=ray: the "
@@ -132,6 +166,14 @@ class SandboxSection:
                 f"sandbox.workers ({self.workers}, executions in flight) must equal sandbox.ray.slots "
                 f"({self.ray.slots}, Ray workers) with sandbox.pool=ray",
             )
+
+    @property
+    def gpu_count(self) -> int:
+        """GPUs one execution sees (0: none; a Ray slot's share of one GPU counts as one)."""
+        if self.pool == "ray":
+            share = self.ray.gpus_per_slot
+            return 0 if share <= 0 else max(1, int(share))
+        return self.gpus_per_slot if self.gpus else 0
 
 
 @dataclass(frozen=True)

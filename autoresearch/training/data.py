@@ -21,7 +21,7 @@ from wmrl.autoresearch.tasks.load import load_task
 from wmrl.autoresearch.tasks.model import Task, TaskError
 from wmrl.autoresearch.tasks.suite import EVAL_TASKS, TRAIN_TASKS
 
-__all__ = ["TrainingTask", "build_prompt_rows", "resolve_training_tasks"]
+__all__ = ["TrainingTask", "build_prompt_rows", "recorded_train_tasks", "resolve_training_tasks"]
 
 
 @dataclass(frozen=True)
@@ -32,13 +32,34 @@ class TrainingTask:
     task: Task
 
 
+def recorded_train_tasks(policy: str | Any) -> list[str]:
+    """The training tasks a policy folder records in its ``wmrl_policy.json`` (its whole lineage);
+    ``[]`` for a model no WMRL stage wrote (a base model)."""
+    import json
+    from pathlib import Path
+
+    path = Path(str(policy)) / "wmrl_policy.json"
+    if not path.is_file():
+        return []
+    try:
+        tasks = json.loads(path.read_text()).get("train_tasks")
+    except (ValueError, AttributeError):
+        return []
+    return [str(t) for t in tasks] if isinstance(tasks, list) else []
+
+
 def resolve_training_tasks(
     ids: Sequence[str] = (),
     limit: int | None = None,
     time_limit_s: float | None = None,
     memory_limit_mb: int | None = None,
+    mledojo_root: str | None = None,
+    data_dir: str | None = None,
 ) -> list[TrainingTask]:
     """Load the training tasks: ``ids`` (bundled ids or folders) or the suite's training split.
+
+    ``mledojo_root`` (an MLE-Dojo checkout: leaderboards for DSBench tasks) and ``data_dir``
+    (MLE-bench's data folder) are passed to :func:`~wmrl.autoresearch.tasks.load_task`.
 
     Raises:
         TaskError: a task cannot be loaded, or it is one of the suite's held-out evaluation tasks.
@@ -46,7 +67,13 @@ def resolve_training_tasks(
     refs = list(ids) if ids else list(TRAIN_TASKS)
     out = []
     for ref in refs:
-        task = load_task(ref, time_limit_s=time_limit_s, memory_limit_mb=memory_limit_mb)
+        task = load_task(
+            ref,
+            time_limit_s=time_limit_s,
+            memory_limit_mb=memory_limit_mb,
+            mledojo_root=mledojo_root,
+            data_dir=data_dir,
+        )
         if task.id in EVAL_TASKS:
             raise TaskError(
                 f"task {ref!r} is a held-out evaluation task of the bundled suite ({task.id}); training on it "
@@ -66,6 +93,7 @@ def build_prompt_rows(
     prompts_per_task: int = 1,
     tokens: Any = None,
     libraries: tuple[str, ...] | None = None,
+    gpus: int = 0,
 ) -> list[dict[str, Any]]:
     """The dataset rows (``prompt``, ``prompt_id``, ``task_id``, ``task_ref``), one per task copy.
 
@@ -77,11 +105,12 @@ def build_prompt_rows(
         tokens: token counter or Hugging Face tokenizer for exact budgets.
         libraries: libraries listed to the agent (default: detected in this interpreter, which is
             the one the sandbox runs solutions with).
+        gpus: GPUs each execution of the agent's script sees (``sandbox.gpus_per_slot``; 0: none).
     """
     rows = []
     budget = OverviewConfig(max_tokens=overview_tokens)
     for entry in tasks:
-        env = SandboxEnvironment.from_task(entry.task, libraries=libraries)
+        env = SandboxEnvironment.from_task(entry.task, libraries=libraries, gpus=gpus)
         overview = overview_from_task(entry.task, environment=env, config=budget, tokens=tokens)
         prompt = [
             {"role": "system", "content": system_prompt(env, turns=turns)},

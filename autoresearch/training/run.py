@@ -96,31 +96,58 @@ class _SilentWriter:
         pass
 
 
-def build_anchor(config: TrainConfig, tasks_by_ref: dict[str, Any]):
-    """The real-execution reward source on the configured sandbox (raises if that backend cannot run)."""
-    from wmrl.autoresearch.grading import ExecutionGrader, ExecutionRewardSource
+def build_grader(section):
+    """An execution grader on the sandbox a ``SandboxSection`` describes (raises if that backend cannot run)."""
+    from wmrl.autoresearch.grading import ExecutionGrader
     from wmrl.autoresearch.sandbox import SandboxPool, backend_problems, make_sandbox
-    from wmrl.autoresearch.tasks import load_task
 
-    cache = "memory" if config.sandbox.cache else None
-    if config.sandbox.pool == "ray":  # the backend runs on the Ray workers; they report what fails there
+    cache = "memory" if section.cache else None
+    if section.pool == "ray":  # the backend runs on the Ray workers; they report what fails there
         from wmrl.autoresearch.sandbox.ray_pool import make_ray_sandbox_pool
 
-        pool = make_ray_sandbox_pool(config.sandbox.backend, config.sandbox.ray, cache=cache)
+        pool = make_ray_sandbox_pool(section.backend, section.ray, cache=cache)
+        if section.ray.gpus_per_slot > 0:  # every execution asks for a GPU; each slot runs it on its own
+            from wmrl.autoresearch.training.devices import RequestGPU
+
+            pool.sandbox = RequestGPU(pool.sandbox)
     else:
-        sandbox = make_sandbox(config.sandbox.backend)
+        sandbox = make_sandbox(section.backend)
         if getattr(sandbox, "problem", None):
             working = [name for name, problem in backend_problems().items() if problem is None]
             raise SandboxUnavailable(
-                f"sandbox backend {config.sandbox.backend!r} cannot run here: {sandbox.problem}. Backends that can: "
+                f"sandbox backend {section.backend!r} cannot run here: {sandbox.problem}. Backends that can: "
                 f"{working} (choose one with sandbox.backend=NAME; 'subprocess' does NOT isolate the agent's code)"
             )
-        pool = SandboxPool(sandbox, slots=config.sandbox.workers, cache=cache)
-    grader = ExecutionGrader(
-        sandbox=pool, time_limit_s=config.sandbox.time_limit_s, memory_limit_mb=config.sandbox.memory_limit_mb
+        if section.gpus:  # each concurrent execution on its own device group
+            from wmrl.autoresearch.training.devices import (
+                DeviceSlots,
+                device_groups,
+                missing_gpus,
+                visible_gpus,
+            )
+
+            missing = missing_gpus(section.gpus)
+            if missing:
+                have = sorted(visible_gpus())
+                raise SandboxUnavailable(
+                    f"sandbox.gpus asks for GPU(s) {missing} that this machine does not have (visible: "
+                    f"{have or 'none, a CPU-only machine'}); give the agent's code no GPU with sandbox.gpus=[] "
+                    "or list devices that exist"
+                )
+            sandbox = DeviceSlots(sandbox, device_groups(section.gpus, section.gpus_per_slot))
+        pool = SandboxPool(sandbox, slots=section.workers, cache=cache)
+    return ExecutionGrader(
+        sandbox=pool, time_limit_s=section.time_limit_s, memory_limit_mb=section.memory_limit_mb
     )
+
+
+def build_anchor(config: TrainConfig, tasks_by_ref: dict[str, Any]):
+    """The real-execution reward source on the configured sandbox (raises if that backend cannot run)."""
+    from wmrl.autoresearch.grading import ExecutionRewardSource
+    from wmrl.autoresearch.tasks import load_task
+
     return ExecutionRewardSource(
-        grader,
+        build_grader(config.sandbox),
         max_workers=config.sandbox.workers,
         task_loader=lambda ref: tasks_by_ref[ref] if ref in tasks_by_ref else load_task(ref),
     )
@@ -130,16 +157,17 @@ def build_world_model(config: TrainConfig, tasks_by_ref: dict[str, Any], device:
     """The world model: a frozen copy of ``world_model.backend.path`` (default: the agent's backbone)."""
     from wmrl.autoresearch.agent.environment import SandboxEnvironment
     from wmrl.autoresearch.agent.overview import OverviewConfig, from_task
+    from wmrl.autoresearch.training.warm import resolve_spec
     from wmrl.autoresearch.worldmodel import WorldModel
 
     section = config.world_model
-    spec = section.backend.path or config.model.path
+    spec = resolve_spec(section.backend.path or config.model.path)
     backend, tokenizer = _world_model_backend(section.backend, spec, config.model.dtype, device)
     budget = OverviewConfig(max_tokens=section.overview_tokens)
 
     def overview(ref: str) -> str:
         task = tasks_by_ref[ref]
-        env = SandboxEnvironment.from_task(task, libraries=AGENT_LIBRARIES)
+        env = SandboxEnvironment.from_task(task, libraries=AGENT_LIBRARIES, gpus=config.sandbox.gpu_count)
         return from_task(task, environment=env, config=budget, tokens=tokenizer)
 
     return WorldModel(backend, section, overview_fn=overview, tokens=tokenizer)
@@ -321,7 +349,14 @@ def run_training(
         config.check_resume(json.loads((out / "config.json").read_text()))
     # Tasks and the batch are checked before anything is written, so a bad config leaves no run behind.
     sb = config.sandbox
-    tasks = resolve_training_tasks(config.tasks.ids, config.tasks.limit, sb.time_limit_s, sb.memory_limit_mb)
+    tasks = resolve_training_tasks(
+        config.tasks.ids,
+        config.tasks.limit,
+        sb.time_limit_s,
+        sb.memory_limit_mb,
+        mledojo_root=config.tasks.mledojo_root,
+        data_dir=config.tasks.data_dir,
+    )
     prompts = len(tasks) * config.tasks.prompts_per_task
     if prompts < config.groups_per_step * processes.num_processes:
         raise ConfigError(
@@ -342,7 +377,9 @@ def run_training(
         tasks_by_ref = {t.ref: t.task for t in tasks}
         log(f"[wmrl] mode {config.mode.value}; {len(tasks)} training tasks; device {device}")
         t0 = time.perf_counter()
-        policy = load_model(config.model.path, dtype=config.model.dtype, device=device)
+        from wmrl.autoresearch.training.warm import resolve_spec
+
+        policy = load_model(resolve_spec(config.model.path, log), dtype=config.model.dtype, device=device)
         log(f"[wmrl] policy {policy.model_id} loaded in {time.perf_counter() - t0:.1f} s")
         anchor = build_anchor(config, tasks_by_ref) if config.mode.executes else None
         world_model = None
@@ -360,6 +397,7 @@ def run_training(
             prompts_per_task=config.tasks.prompts_per_task,
             tokens=policy.tokenizer,
             libraries=AGENT_LIBRARIES,
+            gpus=config.sandbox.gpu_count,
         )
         held = 0.0  # accelerators this process holds: its own GPU per rank, all GPUs for one process
         if device.startswith("cuda"):
@@ -404,9 +442,20 @@ def run_training(
             trainer.save_model(str(final))
             trainer.save_wmrl_state(final)
             if main:  # the base model's *spec*, so `wmrl eval` finds the base of a LoRA adapter elsewhere too
+                from wmrl.autoresearch.training.data import recorded_train_tasks
+
+                lineage = [
+                    *recorded_train_tasks(resolve_spec(config.model.path)),
+                    *(t.task.id for t in tasks),
+                ]
                 (final / "wmrl_policy.json").write_text(
                     json.dumps(
-                        {"base": config.model.path, "lora": config.lora.enabled, "mode": config.mode.value},
+                        {
+                            "base": config.model.path,
+                            "lora": config.lora.enabled,
+                            "mode": config.mode.value,
+                            "train_tasks": list(dict.fromkeys(lineage)),
+                        },
                         indent=2,
                     )
                 )

@@ -10,8 +10,8 @@ same batches.
 The run directory is every trainer's (:mod:`wmrl.core.rundir`): ``config.json``, ``metrics.jsonl``,
 ``RUN/checkpoints/checkpoint-N/`` (N = optimiser steps) with ``policy/`` (a ``MiniVLAPolicy.save``
 folder: ``wmrl train embodied policy.source=RUN/checkpoints/checkpoint-N/policy`` and ``wmrl eval
-embodied --policy ...`` take it directly), ``optimizer.pt``, ``rng.pt`` and ``wmrl_sft.json``
-(written last: the checkpoint's completion marker), plus ``RUN/demos/`` (the demonstrations as
+embodied --policy ...`` take it directly), ``optimizer.pt``, ``rng.pt`` and ``wmrl_stage.json``
+(the core stage marker, written last: the checkpoint's completion marker), plus ``RUN/demos/`` (the demonstrations as
 trained on, after replay, and the replay report) and ``RUN/eval/`` (the evaluation hook's reports).
 Ctrl-C finishes the optimiser step, checkpoints and exits 130 (:class:`~wmrl.core.interrupt.GracefulStop`).
 """
@@ -32,7 +32,14 @@ import torch
 
 from wmrl.core.errors import Interrupted
 from wmrl.core.interrupt import GracefulStop
-from wmrl.core.rundir import CHECKPOINTS, RunDirectory, list_checkpoints
+from wmrl.core.rundir import (
+    CHECKPOINTS,
+    STAGE_FILE,
+    RunDirectory,
+    list_checkpoints,
+    read_stage_marker,
+    write_stage_marker,
+)
 from wmrl.core.runlog import RunWriter, write_json_atomic
 from wmrl.embodied.training.sft_config import EmbodiedSFTConfig
 from wmrl.embodied.training.sft_data import SFTSamples, action_statistics, load_demos, make_samples
@@ -40,7 +47,7 @@ from wmrl.embodied.training.sft_data import SFTSamples, action_statistics, load_
 __all__ = ["SFT_MARKER", "SFTTrainer", "run_sft_from_cli", "train_sft"]
 
 #: The SFT trainer's file in each checkpoint, written last: a folder without it is incomplete.
-SFT_MARKER = "wmrl_sft.json"
+SFT_MARKER = STAGE_FILE  # the core marker of a stage without a corrector
 CHECKPOINT_FORMAT = "wmrl-sft-checkpoint/1"
 _ORDER_STREAM = 0x73_66_74  # the sample-order random stream
 
@@ -127,14 +134,13 @@ class SFTTrainer:
         self.policy.save(tmp / "policy")
         torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save({"torch": torch.get_rng_state()}, tmp / "rng.pt")
-        write_json_atomic(
-            tmp / SFT_MARKER,
-            {
-                "format": CHECKPOINT_FORMAT,
-                "step": self.step,
-                "epoch": self.step / self.steps_per_epoch,
-                "config": self.config.to_dict(),
-            },
+        write_stage_marker(
+            tmp,
+            stage="embodied-sft",
+            format=CHECKPOINT_FORMAT,
+            step=self.step,
+            epoch=self.step / self.steps_per_epoch,
+            config=self.config.to_dict(),
         )
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
@@ -146,7 +152,7 @@ class SFTTrainer:
         return final
 
     def _restore(self, folder: Path) -> None:
-        state = json.loads((folder / SFT_MARKER).read_text())
+        state = read_stage_marker(folder)
         if state.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(
                 f"{folder} has checkpoint format {state.get('format')!r}, not {CHECKPOINT_FORMAT!r}"

@@ -85,6 +85,8 @@ def test_eval_end_to_end_on_toy_tasks(tmp_path, capsys):
             "1500",
             "--train-tasks",
             "wine-cultivar",
+            "--seeds",
+            "[0,1]",
             "--out",
             str(out),
             "--json",
@@ -94,9 +96,10 @@ def test_eval_end_to_end_on_toy_tasks(tmp_path, capsys):
     report = json.loads((out / "eval_report.json").read_text())
     assert json.loads(capsys.readouterr().out) == report
     assert [t["task_id"] for t in report["tasks"]] == ["toy-regression", "toy-binary"]
-    for t in report["tasks"]:
-        assert t["samples"] == 3 and t["graded"] == 3 and t["valid_rate"] == 0 and t["avg_position"] == 0
-        assert sum(t["statuses"].values()) == 3
+    assert report["seeds"] == [0, 1] and len(report["per_seed_tasks"]) == 4
+    for t in report["tasks"]:  # pooled over the two seeds
+        assert t["samples"] == 3 and t["graded"] == 6 and t["valid_rate"] == 0 and t["avg_position"] == 0
+        assert sum(t["statuses"].values()) == 6 and t["avg_position_sem"] == 0
     assert report["categories"] == {"binary": 0.0, "regression": 0.0} and report["overall"] == 0.0
     assert report["train_tasks"] == ["wine-cultivar"]
     # evaluating a task the policy was trained on is refused

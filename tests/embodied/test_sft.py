@@ -105,7 +105,7 @@ def test_sft_imitates_a_recorded_demo_and_its_checkpoint_feeds_rl_and_eval(demo_
     report = json.loads((out / "demos" / "report.json").read_text())
     assert report["replayed"] and report["replays"][0]["steps"] == 12
     ckpt = out / "checkpoints" / "checkpoint-120" / "policy"
-    assert (ckpt.parent / "wmrl_sft.json").is_file() and str(ckpt) in printed
+    assert (ckpt.parent / "wmrl_stage.json").is_file() and str(ckpt) in printed
     # the checkpoint loads through policy.json and imitates the demo better than chance (1/256 per token)
     policy = load_policy(ckpt)
     assert policy.observation_contract == {

@@ -17,25 +17,39 @@ class RunLogCallback(TrainerCallback):
         writer: the run's writer.
         progress: show a tqdm bar (reward and realised anchor fraction as its postfix).
         total: optimiser steps of the run.
+        desc: the bar's label (the stage: ``GRPO``, ``SFT``).
+        shown: ``(log key, postfix name)`` pairs shown after the bar (default: reward and anchors).
     """
 
-    def __init__(self, writer: Any, progress: bool = True, total: int | None = None) -> None:
+    def __init__(
+        self,
+        writer: Any,
+        progress: bool = True,
+        total: int | None = None,
+        desc: str = "GRPO",
+        shown: tuple[tuple[str, str], ...] = (
+            ("reward", "reward"),
+            ("wmrl/anchor_fraction_realised", "anchors"),
+        ),
+    ) -> None:
         self.writer = writer
         self.progress = progress
         self.total = total
+        self.desc = desc
+        self.shown = shown
         self.bar = None
 
     def set_phase(self, name: str) -> None:
         """Show what the step in progress is doing (generation, scoring, update)."""
         if self.bar is not None:
-            self.bar.set_description_str(f"GRPO · {name}", refresh=True)
+            self.bar.set_description_str(f"{self.desc} · {name}", refresh=True)
 
     def on_train_begin(self, args, state, control, **kwargs):
         if self.progress:
             from tqdm.auto import tqdm
 
             self.bar = tqdm(
-                total=self.total or state.max_steps, initial=state.global_step, desc="GRPO", unit="step"
+                total=self.total or state.max_steps, initial=state.global_step, desc=self.desc, unit="step"
             )
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -44,7 +58,7 @@ class RunLogCallback(TrainerCallback):
         self.writer.log(state.global_step, logs)
         if self.bar is not None:
             shown = {}
-            for key, name in (("reward", "reward"), ("wmrl/anchor_fraction_realised", "anchors")):
+            for key, name in self.shown:
                 if logs.get(key) is not None:
                     shown[name] = f"{logs[key]:.3f}"
             self.bar.set_postfix(shown, refresh=True)

@@ -1,0 +1,432 @@
+"""``wmrl bench autoresearch``: the three modes on a real LM, same start, seeds, steps and tasks.
+
+For every (mode, seed) it trains ``wmrl train autoresearch`` from the same starting policy (the warm
+start by default) and evaluates the final policy on the held-out tasks with ``wmrl eval
+autoresearch``; the starting policy is evaluated too (with the same seeds). Everything is written
+under ``OUT`` and **kept**: a rerun skips what is complete and resumes what was interrupted, so the
+benchmark can run in pieces (sessions, machines) and the table always aggregates every finished run::
+
+    OUT/bench.json                 the settings (a rerun must use the same ones; --force-settings overrides)
+    OUT/start/eval_report.json     the starting policy on the held-out tasks
+    OUT/runs/<mode>-s<seed>/       a `wmrl train autoresearch` run directory (+ eval_report.json)
+    OUT/table.json, OUT/table.md   the table, computed only from the files above (:func:`bench_table`)
+    OUT/reward_vs_cost.png         training reward against measured cumulative wall seconds, per mode
+
+The table holds, per mode (mean ± SEM over seeds): the held-out valid rate and avg@k (mean over
+categories), the training reward at the start and the end, the world model's measured calibration
+quality during the run (prequential MSE of the raw and calibrated world-model scores on the anchor
+pairs, and the within-group bias reduction), the realised anchor fraction, and cost two ways kept
+apart: **measured** (wall and accelerator seconds per stream on this machine, from the runs' cost
+reports) and **modelled** (the paper's cost structure, :data:`PAPER_COST`: a run's relative cost if
+execution were the share of real-execution GRPO's compute that it was in the paper).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PAPER_COST", "BenchSettings", "bench_table", "format_table", "modelled_cost", "run_bench"]
+
+#: The paper's reported training cost (GPU-hours, Qwen3.5-4B; ``docs/index.html`` of the official
+#: release): real-execution GRPO, the pure world-model run, and WMRL. Execution's share of GRPO's
+#: compute under this structure is (real - world_model) / real = 614 / 883 = 0.695.
+PAPER_COST = {"real": 883.0, "world_model": 269.0, "wmrl": 286.0}
+
+MODES = ("real", "world_model", "wmrl")
+
+
+def modelled_cost(anchor_fraction: float | None) -> float | None:
+    """Relative cost (real-execution GRPO = 1) of a run that executes ``anchor_fraction`` of its groups,
+    under the paper's cost structure: ``(world_model + a * (real - world_model)) / real``.
+
+    A *model*, never a measurement: it says what the run would cost if execution took the share of
+    compute it took in the paper (the paper's own WMRL figure, 286, corresponds to a = 0.028).
+    """
+    if anchor_fraction is None:
+        return None
+    real, wm = PAPER_COST["real"], PAPER_COST["world_model"]
+    return (wm + anchor_fraction * (real - wm)) / real
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """What a benchmark compares (stored in ``OUT/bench.json``).
+
+    Attributes:
+        modes: training modes compared.
+        seeds: seeds, the same for every mode (training and evaluation).
+        steps: GRPO steps per run.
+        model: the starting policy of every run (``smollm2-warm``: the cached warm start).
+        train_overrides: ``key=value`` settings of ``wmrl train autoresearch`` shared by every run.
+        eval_tasks: the held-out tasks (``eval``: the bundled held-out split, or a comma-separated list).
+        eval_samples: trajectories per task and seed (avg@k).
+        eval_turns: execution turns per trajectory.
+        eval_max_new_tokens: generated tokens per turn in evaluation.
+        eval_overview_tokens: overview budget of the evaluation prompt (as in training).
+        eval_time_limit_s: seconds per execution in evaluation.
+    """
+
+    modes: tuple[str, ...] = MODES
+    seeds: tuple[int, ...] = (0, 1, 2)
+    steps: int = 8
+    model: str = "smollm2-warm"
+    train_overrides: tuple[str, ...] = ()
+    eval_tasks: str = "eval"
+    eval_samples: int = 4
+    eval_turns: int = 1
+    eval_max_new_tokens: int = 320
+    eval_overview_tokens: int = 400
+    eval_time_limit_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        from wmrl.core.config import require
+
+        require(
+            self.modes and set(self.modes) <= set(MODES),
+            f"modes must be among {list(MODES)}; got {self.modes}",
+        )
+        require(len(set(self.modes)) == len(self.modes), f"modes repeat: {self.modes}")
+        require(
+            len(self.seeds) >= 1 and len(set(self.seeds)) == len(self.seeds),
+            f"seeds must be distinct; got {self.seeds}",
+        )
+        require(self.steps >= 1, f"steps must be >= 1; got {self.steps}")
+        require(self.eval_samples >= 1 and self.eval_turns >= 1, "eval_samples and eval_turns must be >= 1")
+
+
+QUICK = {"seeds": (0, 1, 2), "steps": 2, "eval_samples": 2}
+
+
+def _load(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _rows(run: Path) -> list[dict[str, Any]]:
+    path = run / "metrics.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    known = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    return math.fsum(known) / len(known) if known else None
+
+
+def _sem(values: Sequence[float | None]) -> float | None:
+    from wmrl.autoresearch.evaluation.report import sem
+
+    return sem([v for v in values if v is not None])
+
+
+def _run_numbers(run: Path) -> dict[str, Any] | None:
+    """One finished run's numbers, read from its files only (``None`` if it did not finish)."""
+    summary, cost, report = (
+        _load(run / "run_summary.json"),
+        _load(run / "cost_report.json"),
+        _load(run / "eval_report.json"),
+    )
+    if summary is None or cost is None:
+        return None
+    rows = [r for r in _rows(run) if r.get("reward") is not None]
+    head = rows[: max(1, len(rows) // 4)] if rows else []
+    tail = rows[-max(1, len(rows) // 4) :] if rows else []
+    realised = [
+        r["wmrl/anchor_fraction_realised"]
+        for r in _rows(run)
+        if r.get("wmrl/anchor_fraction_realised") is not None
+    ]
+    spent = cost.get("spent", {})
+    return {
+        "heldout_valid_rate": None if report is None else report.get("valid_rate"),
+        "heldout_avg_at_k": None if report is None else report.get("overall"),
+        "heldout_medal_rate": None if report is None else report.get("medal_rate"),
+        "reward_start": _mean([r["reward"] for r in head]),
+        "reward_end": _mean([r["reward"] for r in tail]),
+        "prequential_mse_raw": _mean([r.get("wmrl/prequential_mse_raw") for r in _rows(run)]),
+        "prequential_mse_calibrated": _mean([r.get("wmrl/prequential_mse_calibrated") for r in _rows(run)]),
+        "bias_reduction": _mean([r.get("wmrl/bias_reduction") for r in _rows(run)]),
+        "anchor_fraction_realised": realised[-1]
+        if realised
+        else (1.0 if cost.get("mode") == "real" else None),
+        "measured_wall_s": summary.get("wall_s"),
+        "measured_stream_wall_s": {k: v.get("wall_s") for k, v in spent.items()},
+        "measured_accel_s": cost.get("total", {}).get("accel_s"),
+        "steps": cost.get("steps"),
+    }
+
+
+def bench_table(out: str | Path) -> dict[str, Any]:
+    """The table of a benchmark folder, computed from the saved runs alone (see the module docstring)."""
+    out = Path(out)
+    settings = _load(out / "bench.json") or {}
+    modes = settings.get("modes") or list(MODES)
+    start = _load(out / "start" / "eval_report.json")
+    table: dict[str, Any] = {
+        "settings": settings,
+        "start": None
+        if start is None
+        else {
+            "heldout_valid_rate": start.get("valid_rate"),
+            "heldout_valid_rate_sem": start.get("valid_rate_sem"),
+            "heldout_avg_at_k": start.get("overall"),
+            "heldout_avg_at_k_sem": start.get("overall_sem"),
+        },
+        "modes": {},
+        "paper_cost_structure": dict(PAPER_COST),
+        "notes": (
+            "measured_* are measurements on this machine; modelled_relative_cost is the paper's cost structure "
+            "applied to the realised anchor fraction (a model, not a measurement)"
+        ),
+    }
+    for mode in modes:
+        runs = sorted((out / "runs").glob(f"{mode}-s*")) if (out / "runs").is_dir() else []
+        numbers = {int(r.name.rsplit("-s", 1)[1]): _run_numbers(r) for r in runs}
+        done = {s: n for s, n in numbers.items() if n is not None}
+        entry: dict[str, Any] = {"seeds": sorted(done), "runs": done}
+        for key in (
+            "heldout_valid_rate",
+            "heldout_avg_at_k",
+            "heldout_medal_rate",
+            "reward_start",
+            "reward_end",
+            "prequential_mse_raw",
+            "prequential_mse_calibrated",
+            "bias_reduction",
+            "anchor_fraction_realised",
+            "measured_wall_s",
+            "measured_accel_s",
+        ):
+            values = [n[key] for n in done.values()]
+            entry[key] = _mean(values)
+            entry[f"{key}_sem"] = _sem(values)
+        streams = sorted({k for n in done.values() for k in n["measured_stream_wall_s"]})
+        entry["measured_stream_wall_s"] = {
+            k: _mean([n["measured_stream_wall_s"].get(k) for n in done.values()]) for k in streams
+        }
+        entry["modelled_relative_cost"] = modelled_cost(entry["anchor_fraction_realised"])
+        table["modes"][mode] = entry
+    real_wall = table["modes"].get("real", {}).get("measured_wall_s")
+    for entry in table["modes"].values():
+        wall = entry.get("measured_wall_s")
+        entry["measured_wall_vs_real"] = wall / real_wall if wall is not None and real_wall else None
+    return table
+
+
+def _pm(value: float | None, err: float | None, scale: float = 1.0, digits: int = 1) -> str:
+    if value is None:
+        return "–"
+    text = f"{scale * value:.{digits}f}"
+    return text if err is None else f"{text} ± {scale * err:.{digits}f}"
+
+
+def format_table(table: dict[str, Any]) -> str:
+    """The table as Markdown."""
+    lines = [
+        "| mode | seeds | held-out valid % | held-out avg@k % | train reward start → end | WM prequential MSE raw → calibrated | anchor fraction | measured wall s (vs real) | modelled cost (paper structure, real = 1) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    start = table.get("start")
+    if start:
+        lines.append(
+            f"| start (no RL) | – | {_pm(start['heldout_valid_rate'], start['heldout_valid_rate_sem'], 100)} | "
+            f"{_pm(start['heldout_avg_at_k'], start['heldout_avg_at_k_sem'], 100)} | – | – | – | – | – |"
+        )
+    for mode, e in table["modes"].items():
+        ratio = e.get("measured_wall_vs_real")
+        lines.append(
+            f"| {mode} | {len(e['seeds'])} | {_pm(e['heldout_valid_rate'], e['heldout_valid_rate_sem'], 100)} | "
+            f"{_pm(e['heldout_avg_at_k'], e['heldout_avg_at_k_sem'], 100)} | "
+            f"{_pm(e['reward_start'], None, 1, 3)} → {_pm(e['reward_end'], e['reward_end_sem'], 1, 3)} | "
+            f"{_pm(e['prequential_mse_raw'], None, 1, 3)} → {_pm(e['prequential_mse_calibrated'], None, 1, 3)} | "
+            f"{_pm(e['anchor_fraction_realised'], None, 1, 3)} | "
+            f"{_pm(e['measured_wall_s'], e['measured_wall_s_sem'], 1, 0)}"
+            f"{'' if ratio is None else f' ({ratio:.2f}x)'} | {_pm(e['modelled_relative_cost'], None, 1, 3)} |"
+        )
+    return "\n".join(lines)
+
+
+def _plot(out: Path, table: dict[str, Any]) -> Path | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    drawn = False
+    for mode in table["modes"]:
+        for k, run in enumerate(sorted((out / "runs").glob(f"{mode}-s*"))):
+            rows = [r for r in _rows(run) if r.get("reward") is not None]
+            if not rows:
+                continue
+            spent, xs = 0.0, []
+            for r in rows:
+                spent += sum(
+                    v for key, v in r.items() if key.startswith("cost/") and key.endswith("_s") and v
+                )
+                xs.append(spent)
+            ax.plot(
+                xs,
+                [r["reward"] for r in rows],
+                color=f"C{list(MODES).index(mode)}",
+                alpha=0.8,
+                label=mode if k == 0 else None,
+                marker=".",
+            )
+            drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax.set_xlabel("measured cumulative seconds (sum of the cost/* streams)")
+    ax.set_ylabel("training reward (corrected)")
+    ax.set_title("Reward against measured cost")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = out / "reward_vs_cost.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def run_bench(
+    settings: BenchSettings,
+    out: str | Path,
+    *,
+    force_settings: bool = False,
+    log: Callable[[str], None] = print,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run what is missing in ``out`` (see the module docstring) and return the table."""
+    from wmrl.autoresearch.evaluation.run import evaluate_policy
+    from wmrl.autoresearch.training.config import TrainConfig
+    from wmrl.autoresearch.training.run import run_training
+    from wmrl.autoresearch.training.warm import resolve_spec
+    from wmrl.core.config import ConfigError, load_config
+    from wmrl.core.rundir import RunDirectory
+    from wmrl.core.runlog import write_json_atomic
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    saved = _load(out / "bench.json")
+    current = json.loads(json.dumps(asdict(settings)))
+    if saved is not None and saved != current and not force_settings:
+        differs = sorted(k for k in current if saved.get(k) != current[k])
+        raise ConfigError(
+            f"{out} holds a benchmark with other settings ({differs}); use the same ones to add runs, another "
+            "--out, or --force-settings"
+        )
+    write_json_atomic(out / "bench.json", current)
+    start_model = resolve_spec(settings.model, log=log, progress=progress)
+    base = [*settings.train_overrides, f"model.path={settings.model}", f"steps={settings.steps}"]
+    # Each run's own config is checked before anything runs (a typo fails at once).
+    for mode in settings.modes:
+        load_config(TrainConfig, None, [*base, f"mode={mode}", "seed=0"])
+
+    def evaluate(model: str, seeds: Sequence[int], train_tasks: Sequence[str] | None, dest: Path) -> None:
+        if dest.is_file():
+            return
+        t0 = time.perf_counter()
+        report = evaluate_policy(
+            model,
+            tasks=settings.eval_tasks,
+            samples=settings.eval_samples,
+            seeds=seeds,
+            turns=settings.eval_turns,
+            train_tasks=train_tasks,
+            max_new_tokens=settings.eval_max_new_tokens,
+            overview_tokens=settings.eval_overview_tokens,
+            time_limit_s=settings.eval_time_limit_s,
+            progress=progress,
+        )
+        data = report.to_dict()
+        data["wall_s"] = time.perf_counter() - t0
+        write_json_atomic(dest, data)
+        log(f"[wmrl] bench: held-out {dest.parent.name}: valid {report.valid_rate}, avg@k {report.overall}")
+
+    from wmrl.autoresearch.training.data import recorded_train_tasks
+
+    lineage = recorded_train_tasks(start_model) or None
+    evaluate(start_model, settings.seeds, lineage, out / "start" / "eval_report.json")
+    for seed in settings.seeds:
+        for mode in settings.modes:
+            run = out / "runs" / f"{mode}-s{seed}"
+            if not (run / "run_summary.json").is_file():
+                config = load_config(TrainConfig, None, [*base, f"mode={mode}", f"seed={seed}"])
+                log(f"[wmrl] bench: training {run.name} ({settings.steps} steps)")
+                run_dir = RunDirectory(run, resume=run.exists(), command="wmrl bench autoresearch")
+                run_training(config, run_dir, log=log, progress=progress)
+            evaluate(str(run / "final"), [seed], None, run / "eval_report.json")
+    table = bench_table(out)
+    write_json_atomic(out / "table.json", table)
+    (out / "table.md").write_text(format_table(table) + "\n")
+    _plot(out, table)
+    return table
+
+
+def register(root) -> None:
+    """``wmrl bench autoresearch`` (registered from the autoresearch package's entry point)."""
+    sub = root.subcommand(
+        "bench",
+        "autoresearch",
+        "real-LM benchmark: the three modes from the same warm start, same seeds/steps/tasks; held-out "
+        "evaluation of every final policy; reward against cost; measured cost beside the paper's cost model",
+        _cli,
+    )
+    sub.add_argument(
+        "--quick",
+        action="store_true",
+        help="2 steps, 2 samples per task (3 seeds): the plumbing and a first number",
+    )
+    sub.add_argument("--seeds", type=int, default=None, help="number of seeds, 0..N-1 (default 3)")
+    sub.add_argument("--modes", default=",".join(MODES), help="comma-separated modes (default: all three)")
+    sub.add_argument("--steps", type=int, default=None, help="GRPO steps per run (default 8, quick 2)")
+    sub.add_argument("--model", default="smollm2-warm", help="the starting policy of every run")
+    sub.add_argument("--eval-samples", type=int, default=None, help="trajectories per held-out task and seed")
+    sub.add_argument("--eval-turns", type=int, default=1, help="execution turns per evaluation trajectory")
+    sub.add_argument(
+        "--eval-tasks", default="eval", help="held-out tasks (default: the bundled held-out split)"
+    )
+    sub.add_argument("--out", default="runs/bench-autoresearch", help="benchmark folder (reruns add to it)")
+    sub.add_argument("--table-only", action="store_true", help="only recompute the table from the saved runs")
+    sub.add_argument("--force-settings", action="store_true", help="add runs although bench.json differs")
+    sub.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    sub.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="wmrl train autoresearch settings for every run"
+    )
+
+
+def _cli(args) -> int:
+    import sys
+
+    from wmrl.core.cli_runs import USER_ERRORS
+
+    out = Path(args.out)
+    try:
+        if args.table_only:
+            table = bench_table(out)
+        else:
+            quick = QUICK if args.quick else {}
+            settings = BenchSettings(
+                modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),
+                seeds=tuple(range(args.seeds)) if args.seeds else quick.get("seeds", (0, 1, 2)),
+                steps=args.steps or quick.get("steps", 8),
+                model=args.model,
+                train_overrides=tuple(args.overrides),
+                eval_tasks=args.eval_tasks,
+                eval_samples=args.eval_samples or quick.get("eval_samples", 4),
+                eval_turns=args.eval_turns,
+            )
+            table = run_bench(
+                settings, out, force_settings=args.force_settings, progress=not args.no_progress
+            )
+    except USER_ERRORS as err:
+        print(f"wmrl bench autoresearch: error: {err}", file=sys.stderr)
+        return 2
+    print(format_table(table))
+    print(f"[wmrl] table: {out / 'table.json'}, {out / 'table.md'}; plot: {out / 'reward_vs_cost.png'}")
+    return 0

@@ -1,0 +1,90 @@
+"""The embedded warm start: ``smollm2-warm``, built once by the SFT stage and cached.
+
+``smollm2-warm`` is a model spec like ``smollm2``: the embedded SmolLM2-135M-Instruct after the
+default warm start (``wmrl train autoresearch-sft`` with its embedded defaults, :class:`WarmStartConfig`).
+The first use builds it (the corpus is executed, then the LoRA fine-tune runs) into
+``$WMRL_CACHE/warm/<key>/`` — a normal run directory of ``wmrl train autoresearch-sft``, so its
+``corpus.jsonl``, ``metrics.jsonl`` and plots can be read like any run's — and every later use loads
+``<key>/final``. The key hashes the default config and the training tasks' definitions, so a changed
+task suite or template version builds a new one. ``wmrl autoresearch warm-start`` builds it ahead
+of time and prints where it is.
+
+Concurrent first uses wait on a lock file instead of building twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+__all__ = ["WARM_SPEC", "ensure_warm_start", "resolve_spec", "warm_start_dir"]
+
+#: The model spec of the embedded warm start.
+WARM_SPEC = "smollm2-warm"
+
+
+def _config():
+    from wmrl.autoresearch.training.sft import WarmStartConfig
+    from wmrl.core.train_config import LoggingConfig
+
+    # The embedded defaults, without trackers (a cache entry is not an experiment to track).
+    return WarmStartConfig(logging=LoggingConfig(report_to=(), plots=True))
+
+
+def warm_start_dir() -> Path:
+    """The cache folder of the embedded warm start (a ``wmrl train autoresearch-sft`` run directory)."""
+    from wmrl.autoresearch.llm.models import cache_root
+    from wmrl.autoresearch.training.corpus import corpus_key
+    from wmrl.autoresearch.training.sft import _tasks
+    from wmrl.core.config import to_dict
+
+    config = _config()
+    tasks = [task for _, task in _tasks(config)]
+    settings = to_dict(config)
+    key = corpus_key(tasks, settings)
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:6]
+    return cache_root() / "warm" / f"smollm2-135m-sft-{key}{digest}"
+
+
+def _done(folder: Path) -> bool:
+    return (folder / "final" / "wmrl_policy.json").is_file() and (folder / "run_summary.json").is_file()
+
+
+def ensure_warm_start(log=print, progress: bool = True, rebuild: bool = False) -> Path:
+    """The warm-started policy folder, built first if it is not cached (see the module docstring)."""
+    import fcntl
+
+    folder = warm_start_dir()
+    if _done(folder) and not rebuild:
+        return folder / "final"
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process building it: wait, then use its result
+        if _done(folder) and not rebuild:
+            return folder / "final"
+        from wmrl.autoresearch.training.sft import run_sft
+
+        building = folder.with_name(folder.name + ".building")
+        shutil.rmtree(building, ignore_errors=True)
+        log(
+            f"[wmrl] building the warm start '{WARM_SPEC}' once (the defaults of `wmrl train autoresearch-sft`); "
+            f"it is cached in {folder}"
+        )
+        result = run_sft(_config(), building, log=log, progress=progress)
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(building, folder)
+        log(
+            f"[wmrl] warm start built in {result.wall_s:.0f} s (loss {result.loss_first:.3f} -> {result.loss_last:.3f})"
+        )
+    return folder / "final"
+
+
+def resolve_spec(spec: str | os.PathLike, log=print, progress: bool = True) -> str:
+    """``spec`` itself, or the cached warm start's folder for :data:`WARM_SPEC` (built on first use)."""
+    if str(spec) == WARM_SPEC:
+        return str(ensure_warm_start(log=log, progress=progress))
+    return str(spec)
