@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -167,15 +167,7 @@ class _ResumeRules:
         Raises:
             ConfigError: naming the keys that differ.
         """
-        allowed = (*RESUMABLE, *self.resumable)
-        old, new = flatten(saved), flatten(self.to_dict())
-        differs = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-        blocked = [k for k in differs if not any(k == a or k.startswith(a + ".") for a in allowed)]
-        if blocked:
-            raise ConfigError(
-                f"the config differs from the one the run was started with in {blocked}; a resumed run may "
-                f"change only {sorted(allowed)} (start a new run for anything else)"
-            )
+        refuse_resume_changes(saved, self.to_dict(), (*RESUMABLE, *self.resumable))
 
 
 @dataclass(frozen=True)
@@ -290,3 +282,18 @@ class TrainConfigBase(_ResumeRules):
             yield
         finally:
             _BASELINE.reset(token)
+
+
+def refuse_resume_changes(
+    saved: Mapping[str, Any], current: Mapping[str, Any], allowed: Sequence[str]
+) -> None:
+    """Raise :class:`ConfigError` naming the keys in which the config dicts ``saved`` and ``current``
+    differ, unless each is one of the dotted prefixes ``allowed`` (or below one)."""
+    old, new = flatten(saved), flatten(current)
+    differs = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    blocked = [k for k in differs if not any(k == a or k.startswith(a + ".") for a in allowed)]
+    if blocked:
+        raise ConfigError(
+            f"the config differs from the one the run was started with in {blocked}; a resumed run may "
+            f"change only {sorted(allowed)} (start a new run for anything else)"
+        )

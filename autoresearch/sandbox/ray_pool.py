@@ -241,9 +241,9 @@ class RaySandbox(Sandbox):
         record = dict(value["result"])
         record.pop("limits", None)  # Sandbox.run records the limits asked for
         result = ExecutionResult.from_dict(record)
-        result.warnings.append(
-            f"ran on Ray node {value['host']} ({value['node'][:12]}), public data {value['data']}"
-        )
+        # (a run refused before its data was placed, e.g. a GPU slot that holds none, has no "data")
+        data = f", public data {value['data']}" if "data" in value else ""
+        result.warnings.append(f"ran on Ray node {value['host']} ({value['node'][:12]}){data}")
         if value["submission"] is not None:
             dest = self.output_root / execution_id / "submission.csv"
             dest.parent.mkdir(parents=True, exist_ok=True)

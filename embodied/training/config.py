@@ -38,6 +38,22 @@ def _positive_int(name: str, value: Any, low: int = 1) -> None:
     )
 
 
+def check_loading(policy: Any) -> None:
+    """The checks of how a policy is loaded, shared by the RL and SFT ``policy`` sections
+    (``dtype``, ``checkpoint_step``, ``jpeg_quality``)."""
+    require(
+        policy.dtype in ("auto", "float32", "bfloat16", "float16"),
+        f"policy.dtype must be auto, float32, bfloat16 or float16; got {policy.dtype!r}",
+    )
+    if policy.checkpoint_step is not None:
+        _positive_int("policy.checkpoint_step", policy.checkpoint_step, 0)
+    if policy.jpeg_quality is not None:
+        require(
+            isinstance(policy.jpeg_quality, int) and 1 <= policy.jpeg_quality <= 100,
+            f"policy.jpeg_quality must be an integer in [1, 100] or null; got {policy.jpeg_quality!r}",
+        )
+
+
 @dataclass(frozen=True)
 class PolicySpec:
     """Which VLA to train and how it samples.
@@ -79,17 +95,7 @@ class PolicySpec:
             self.temperature > 0,
             f"policy.temperature must be > 0 (RL samples its rollouts); got {self.temperature}",
         )
-        require(
-            self.dtype in ("auto", "float32", "bfloat16", "float16"),
-            f"policy.dtype must be auto, float32, bfloat16 or float16; got {self.dtype!r}",
-        )
-        if self.checkpoint_step is not None:
-            _positive_int("policy.checkpoint_step", self.checkpoint_step, 0)
-        if self.jpeg_quality is not None:
-            require(
-                isinstance(self.jpeg_quality, int) and 1 <= self.jpeg_quality <= 100,
-                f"policy.jpeg_quality must be an integer in [1, 100] or null; got {self.jpeg_quality!r}",
-            )
+        check_loading(self)
 
     @property
     def on_cuda(self) -> bool:

@@ -19,10 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from wmrl.core.config import ConfigError, load_config, require, to_dict
-from wmrl.core.train_config import RESUMABLE, CheckpointConfig, LoggingConfig, LoraConfig, flatten
+from wmrl.core.config import load_config, require, to_dict
+from wmrl.core.train_config import (
+    RESUMABLE,
+    CheckpointConfig,
+    LoggingConfig,
+    LoraConfig,
+    refuse_resume_changes,
+)
 from wmrl.embodied.env.suites import DEFAULT_SUITE, SUITE_NUM_TASKS, check_suite
-from wmrl.embodied.training.config import _LORA_TARGETS
+from wmrl.embodied.training.config import _LORA_TARGETS, check_loading
 from wmrl.embodied.training.config import _positive_int as _int
 
 __all__ = [
@@ -66,17 +72,7 @@ class SFTPolicySpec:
 
     def __post_init__(self) -> None:
         require(bool(self.source), "policy.source must be 'tiny' or a policy folder")
-        require(
-            self.dtype in ("auto", "float32", "bfloat16", "float16"),
-            f"policy.dtype must be auto, float32, bfloat16 or float16; got {self.dtype!r}",
-        )
-        if self.checkpoint_step is not None:
-            _int("policy.checkpoint_step", self.checkpoint_step, 0)
-        if self.jpeg_quality is not None:
-            require(
-                isinstance(self.jpeg_quality, int) and 1 <= self.jpeg_quality <= 100,
-                f"policy.jpeg_quality must be an integer in [1, 100] or null; got {self.jpeg_quality!r}",
-            )
+        check_loading(self)
 
     def as_policy_spec(self):
         """The RL trainer's :class:`~wmrl.embodied.training.config.PolicySpec` for the same source."""
@@ -256,15 +252,7 @@ class EmbodiedSFTConfig:
 
     def check_resume(self, saved: Mapping[str, Any]) -> None:
         """Refuse to resume a run saved with config ``saved`` if anything but the resumable keys differ."""
-        allowed = (*RESUMABLE, *self.resumable)
-        old, new = flatten(saved), flatten(self.to_dict())
-        differs = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-        blocked = [k for k in differs if not any(k == a or k.startswith(a + ".") for a in allowed)]
-        if blocked:
-            raise ConfigError(
-                f"the config differs from the one the run was started with in {blocked}; a resumed run may "
-                f"change only {sorted(allowed)} (start a new run for anything else)"
-            )
+        refuse_resume_changes(saved, self.to_dict(), (*RESUMABLE, *self.resumable))
 
 
 PRESETS: dict[str, dict[str, Any]] = {

@@ -8,6 +8,8 @@ episodes run in this process: the Ray option changes where the simulator runs, n
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -140,7 +142,18 @@ def test_a_node_lost_mid_batch_moves_its_episodes_to_another(ray_cluster, simula
     assert lost not in placed and None not in placed
 
 
+def _wait_until_ray_sees_only_live_nodes(simulator_nodes, timeout_s=90.0):
+    """A node an earlier test stopped stays "alive" to Ray until its health checks fail; a simulator
+    placed on it meanwhile never starts. Wait until Ray's view matches the nodes still running."""
+    running = {name for name, node in simulator_nodes.items() if node.alive}
+    deadline = time.monotonic() + timeout_s
+    while set(_node_ids().values()) != running and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert set(_node_ids().values()) == running
+
+
 def test_when_the_retries_run_out_the_run_fails_with_the_reason(ray_cluster, simulator_nodes):
+    _wait_until_ray_sees_only_live_nodes(simulator_nodes)
     runner = RolloutRunner(ENV, _ray_config(ray_cluster, retries=0))
     killed = []
 
