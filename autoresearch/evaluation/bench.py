@@ -404,6 +404,7 @@ def _cli(args) -> int:
     import sys
 
     from wmrl.core.cli_runs import USER_ERRORS
+    from wmrl.core.errors import EXIT_INTERRUPTED, Interrupted
 
     out = Path(args.out)
     try:
@@ -424,6 +425,15 @@ def _cli(args) -> int:
             table = run_bench(
                 settings, out, force_settings=args.force_settings, progress=not args.no_progress
             )
+    except (Interrupted, KeyboardInterrupt) as err:
+        # Finished runs and evaluations are kept; a run in progress keeps its last checkpoint.
+        where = f" ({err})" if isinstance(err, Interrupted) else ""
+        print(
+            f"wmrl bench autoresearch: interrupted{where}; finished runs are kept in {out}: "
+            "rerun the same command to continue",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
     except USER_ERRORS as err:
         print(f"wmrl bench autoresearch: error: {err}", file=sys.stderr)
         return 2
