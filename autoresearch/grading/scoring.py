@@ -6,6 +6,7 @@ This is the trusted half of grading; it runs in the parent process, never inside
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,12 +61,48 @@ def _metric_value(task: Task, y_true: np.ndarray, y_pred: np.ndarray) -> float:
         ) from None
 
 
-def score_aligned(task: Task, aligned: AlignedSubmission) -> SubmissionScore:
-    """Metric, position and medal of an aligned (already valid) submission."""
+def _grade_fn_measure(task: Task, path, aligned: AlignedSubmission) -> Callable[[np.ndarray], float]:
+    """``rows -> score`` with the task's own grading function: the submission and the answers as
+    pandas reads them (its default types, as MLE-bench's graders expect), restricted to the answer
+    rows ``rows`` (a boolean mask in answer order) when a board covers only some of them."""
+    import pandas as pd
+
+    from wmrl.autoresearch.grading.grade_fn import call_grade_fn
+    from wmrl.autoresearch.grading.validation import _row_ids
+
+    submission = pd.read_csv(path, encoding="utf-8-sig")
+    answers = pd.read_csv(task.answers_path, encoding="utf-8-sig")
+    base_dir = task.metadata.get("competition_dir") or task.public_dir
+
+    def measure(rows: np.ndarray) -> float:
+        sub, ans = submission, answers
+        if not rows.all():
+            keep = set(aligned.ids[rows].tolist())
+            ids = _row_ids(submission.astype(str), task.id_columns)
+            sub = submission[[i in keep for i in ids]].reset_index(drop=True)
+            ans = answers[rows].reset_index(drop=True)
+        return call_grade_fn(task.grade_fn, sub, ans, base_dir=base_dir)
+
+    return measure
+
+
+def score_aligned(
+    task: Task, aligned: AlignedSubmission, measure: Callable[[np.ndarray], float] | None = None
+) -> SubmissionScore:
+    """Metric, position and medal of an aligned (already valid) submission.
+
+    ``measure``: ``rows -> score`` for a boolean mask over the answer rows (default: the registry
+    metric on the aligned values).
+    """
+    if measure is None:
+
+        def measure(rows: np.ndarray) -> float:
+            return _metric_value(task, aligned.y_true[rows], aligned.y_pred[rows])
+
     counted = np.ones(len(aligned.ids), dtype=bool)
     if aligned.usage is not None:
         counted = aligned.usage != "Ignored"
-    score = _metric_value(task, aligned.y_true[counted], aligned.y_pred[counted])
+    score = measure(counted)
     boards = task.leaderboards
     board_scores: dict[str, float] = {}
     for board in boards:
@@ -77,7 +114,7 @@ def score_aligned(task: Task, aligned: AlignedSubmission) -> SubmissionScore:
             raise ValueError(
                 f"task {task.id!r} has a {board} leaderboard but no answer rows marked {board.capitalize()!r}"
             )
-        board_scores[board] = _metric_value(task, aligned.y_true[rows], aligned.y_pred[rows])
+        board_scores[board] = measure(rows)
     if boards:
         position, per_board = leaderboard_position(board_scores, boards, task.lower_is_better)
         medal_board = "private" if "private" in boards else "public"
@@ -95,4 +132,7 @@ def score_submission(path: str | os.PathLike | None, task: Task, answers=None) -
         FileNotFoundError / ValueError: the task itself is broken (answers missing or malformed).
     """
     answers = read_answers(task) if answers is None else answers
-    return score_aligned(task, validate_submission(path, task, answers))
+    aligned = validate_submission(path, task, answers)
+    if task.grade_fn:
+        return score_aligned(task, aligned, _grade_fn_measure(task, path, aligned))
+    return score_aligned(task, aligned)

@@ -254,7 +254,8 @@ def validate_submission(path: str | os.PathLike | None, task: Task, answers=None
         raise SubmissionError("no_file", "no submission file was written (expected a CSV at SUBMISSION_PATH)")
     path = Path(path)
     answers = read_answers(task) if answers is None else answers
-    metric = get_metric(task.metric)
+    # A task graded by its own function gets the values as written (that function reads them).
+    metric = None if task.grade_fn else get_metric(task.metric)
     size = path.stat().st_size
     limit = submission_byte_limit(task, len(answers))
     if size > limit:
@@ -349,8 +350,12 @@ def validate_submission(path: str | os.PathLike | None, task: Task, answers=None
     take = np.array([order[i] for i in ans_ids], dtype=int)
     truth_cols, pred_cols = [], []
     for column in task.target_columns:
-        truth_cols.append(_convert(answers[column].to_numpy(dtype=object), metric, column, ans_ids, True))
-        pred_cols.append(_convert(frame[column][take], metric, column, ans_ids, False))
+        truth, pred = answers[column].to_numpy(dtype=object), frame[column][take]
+        if metric is not None:
+            truth = _convert(truth, metric, column, ans_ids, True)
+            pred = _convert(pred, metric, column, ans_ids, False)
+        truth_cols.append(truth)
+        pred_cols.append(pred)
     if len(task.target_columns) == 1:
         y_true, y_pred = truth_cols[0], pred_cols[0]
     else:

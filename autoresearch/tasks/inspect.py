@@ -192,9 +192,16 @@ def detect_metric_in_text(text: str) -> str | None:
 
 def guess_category(metric_name: str, n_targets: int, answer_labels: set[str] | None) -> str:
     """``binary`` / ``multiclass`` / ``multilabel`` / ``regression`` / ``other`` from the metric and answers."""
-    from wmrl.autoresearch.grading.metrics import get_metric
+    from wmrl.autoresearch.grading.metrics import MetricError, get_metric
 
-    metric = get_metric(metric_name)
+    try:
+        metric = get_metric(metric_name)
+    except MetricError:  # a task's own grader (grade_fn): only the answers can tell
+        if n_targets != 1:
+            return "other"
+        if answer_labels is None:
+            return "regression"
+        return "binary" if len(answer_labels) <= 2 else "multiclass"
     if metric.prediction == "ranking":
         return "other"
     if metric.name in ("log_loss",) and n_targets > 1:

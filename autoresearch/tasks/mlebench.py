@@ -10,8 +10,12 @@ MLE-bench splits a competition in two places:
   sees) and ``<id>/prepared/private/`` (the answers, e.g. ``test.csv``).
 
 The metric comes from ``grader.name`` through the metric registry's aliases (``auc-roc``,
-``multi-class-log-loss``, ...); the direction is the metric's. MLE-bench has one leaderboard
-(Kaggle's final, private one); it becomes the task's ``private_leaderboard``.
+``multi-class-log-loss``, ...); the direction is the metric's. Where the registry has no equivalent,
+the competition's own ``grader.grade_fn`` grades it (:mod:`wmrl.autoresearch.grading.grade_fn`):
+``mlebench.competitions.<id>.grade:grade`` is imported from the ``mlebench`` package, or else loaded
+from the folder's ``grade.py``; its direction is MLE-bench's rule, read from the leaderboard (lower is
+better iff the first, best row scores below the last). MLE-bench has one leaderboard (Kaggle's
+final, private one); it becomes the task's ``private_leaderboard``.
 """
 
 from __future__ import annotations
@@ -123,13 +127,20 @@ def load_mlebench(
         raise TaskError(f"{task_id}: no description.md in {comp} or {public_dir}")
 
     grader_name = str(grader.get("name", ""))
+    leaderboard = read_scores(comp / "leaderboard.csv", column="score")
+    grade_fn = None
     try:
         metric_name = get_metric(metric or grader_name).name
+        lower_is_better = get_metric(metric_name).lower_is_better
     except MetricError as err:
-        raise TaskError(
-            f"{task_id}: MLE-bench grader {grader_name!r} has no registry metric ({err})"
-        ) from None
-    leaderboard = read_scores(comp / "leaderboard.csv", column="score")
+        if metric is not None or not grader.get("grade_fn"):
+            raise TaskError(
+                f"{task_id}: MLE-bench grader {grader_name!r} has no registry metric ({err}) and "
+                "config.yaml names no grader.grade_fn"
+            ) from None
+        grade_fn = _own_grade_fn(task_id, comp, str(grader["grade_fn"]))
+        metric_name = grader_name or "grade_fn"
+        lower_is_better = _direction_from_leaderboard(task_id, leaderboard)
 
     header = csv_header(sample)
     if len(header) < 2:
@@ -147,7 +158,8 @@ def load_mlebench(
         id_columns=(header[0],),
         target_columns=tuple(header[1:]),
         metric=metric_name,
-        lower_is_better=get_metric(metric_name).lower_is_better,
+        lower_is_better=lower_is_better,
+        grade_fn=grade_fn,
         public_leaderboard=(),
         private_leaderboard=leaderboard,
         category=guess_category(metric_name, len(header) - 1, labels),
@@ -165,3 +177,40 @@ def load_mlebench(
             "data_dir": str(root),
         },
     )
+
+
+def _own_grade_fn(task_id: str, comp: Path, spec: str) -> str:
+    """The loadable spec of a competition's ``grader.grade_fn``: as written when its module imports
+    (the ``mlebench`` package installed), else the folder's own file. Loaded here, so a grader that
+    cannot be imported fails when the task loads, not at its first rollout."""
+    from wmrl.autoresearch.grading.grade_fn import GradeFnError, load_grade_fn, parse_grade_fn_spec
+
+    try:
+        module, name = parse_grade_fn_spec(spec)
+    except ValueError as err:
+        raise TaskError(f"{task_id}: {err}") from None
+    candidates = [spec]
+    if module.rsplit(".", 1)[-1] + ".py" in {p.name for p in comp.glob("*.py")}:
+        candidates.append(f"{comp / (module.rsplit('.', 1)[-1] + '.py')}:{name}")
+    errors = []
+    for candidate in candidates:
+        try:
+            load_grade_fn(candidate, str(comp))
+            return candidate
+        except GradeFnError as err:
+            errors.append(str(err))
+    raise TaskError(
+        f"{task_id}: its grader has no registry metric and its grader.grade_fn cannot be loaded: "
+        + "; ".join(errors)
+    )
+
+
+def _direction_from_leaderboard(task_id: str, scores: tuple[float, ...]) -> bool:
+    """MLE-bench's ``is_lower_better``: the leaderboard is best first, so lower is better iff its first
+    score is below its last."""
+    if len(scores) < 2 or scores[0] == scores[-1]:
+        raise TaskError(
+            f"{task_id}: the direction of a grade_fn metric is read from leaderboard.csv (best first), "
+            "which needs at least two different scores"
+        )
+    return scores[0] < scores[-1]

@@ -79,7 +79,7 @@ class Task:
         id_columns: column(s) that key a submission row (usually one, e.g. ``("id",)``).
         target_columns: column(s) a submission predicts (several for per-class probabilities).
         metric: name in the metric registry (``wmrl.autoresearch.grading.metrics``), e.g.
-            ``"roc_auc"``, ``"rmse"``.
+            ``"roc_auc"``, ``"rmse"`` (with ``grade_fn``: the grader's name, shown to the agent).
         lower_is_better: the metric's direction (True for errors and losses). Stored explicitly,
             never inferred from a leaderboard (a synthetic leaderboard may be flat).
         public_leaderboard: reference scores (metric units) on the public part of the test set;
@@ -96,6 +96,9 @@ class Task:
         oracle_score: DSBench's ground-truth-against-itself score ``g``, or None. With both set,
             the relative performance gap ``max(0, (s - b) / (g - b))`` is defined; a task with no
             leaderboard uses it as its position score.
+        grade_fn: the task's own grading function, ``module:function`` or ``file.py:function``
+            (MLE-bench's ``grader.grade_fn``; see :mod:`wmrl.autoresearch.grading.grade_fn`), used
+            instead of the registry metric; ``metric`` then only names it. None: the registry metric.
         metadata: free-form provenance (licence, original dataset, grader name, ...); not part of
             equality or hashing.
     """
@@ -120,6 +123,7 @@ class Task:
     test_files: tuple[str, ...] = ()
     baseline_score: float | None = None
     oracle_score: float | None = None
+    grade_fn: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -147,6 +151,13 @@ class Task:
             raise TaskError(f"task {self.id!r}: columns {sorted(overlap)} are both id and target columns")
         if not isinstance(self.metric, str) or not self.metric:
             raise TaskError(f"task {self.id!r}: metric must be a metric-registry name")
+        if self.grade_fn is not None:
+            from wmrl.autoresearch.grading.grade_fn import parse_grade_fn_spec
+
+            try:
+                parse_grade_fn_spec(self.grade_fn)
+            except ValueError as err:
+                raise TaskError(f"task {self.id!r}: {err}") from None
         if not isinstance(self.lower_is_better, bool):
             raise TaskError(f"task {self.id!r}: lower_is_better must be a bool; got {self.lower_is_better!r}")
         set_(

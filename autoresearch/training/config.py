@@ -196,6 +196,9 @@ class GRPOSection:
         vllm_gpu_memory_utilization: share of the GPU colocated vLLM may take.
         gradient_checkpointing: recompute activations in the backward pass (less memory, more
             compute); GPUs only: refused on a CPU, where it makes GRPO several times slower.
+        micro_batch_size: rollouts per forward/backward pass; a step's rollouts are split into
+            micro-batches whose gradients accumulate into the step's one update (the same update:
+            TRL normalises the loss over the whole step). ``null``: all of them in one pass.
     """
 
     max_completion_tokens: int = 352
@@ -208,9 +211,15 @@ class GRPOSection:
     vllm_server_base_url: str | None = None
     vllm_gpu_memory_utilization: float = 0.3
     gradient_checkpointing: bool = False
+    # The backward pass keeps ~50 KB of activations per token and layer in float32 (SmolLM2-135M: 30
+    # layers): 8 rollouts of ~1,500 tokens in one pass are ~18 GB, which killed the quickstart on a
+    # 24 GB machine; 2 at a time are ~4.5 GB.
+    micro_batch_size: int | None = 2
 
     def __post_init__(self) -> None:
         _positive_int(self.max_completion_tokens, "grpo.max_completion_tokens", 8)
+        if self.micro_batch_size is not None:
+            _positive_int(self.micro_batch_size, "grpo.micro_batch_size", 1)
         require(self.temperature > 0, f"grpo.temperature must be > 0; got {self.temperature}")
         require(0 < self.top_p <= 1, f"grpo.top_p must be in (0, 1]; got {self.top_p}")
         require(self.beta >= 0, f"grpo.beta must be >= 0; got {self.beta}")
@@ -279,6 +288,13 @@ class TrainConfig(TrainConfigBase):
                 sched.repeat_share == 0,
                 "corrector.scheduler.repeat_share must be 0 with episode.turns > 1 (a trajectory's turns are not repeated)",
             )
+        rollouts = self.groups_per_step * self.group_size
+        micro = self.grpo.micro_batch_size
+        require(
+            micro is None or rollouts % micro == 0,
+            f"grpo.micro_batch_size ({micro}) must divide the rollouts of a step (groups_per_step x "
+            f"group_size = {rollouts})",
+        )
         require(
             sched.repeat_share == 0 or not self.sandbox.cache,
             "corrector.scheduler.repeat_share > 0 re-executes scripts to measure execution noise, but the sandbox's "

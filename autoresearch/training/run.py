@@ -225,10 +225,15 @@ def _grpo_args(config: TrainConfig, out_dir: Path, device: str):
 
     g = config.grpo
     on_cpu = device == "cpu"
+    rollouts = config.groups_per_step * config.group_size
+    micro = g.micro_batch_size or rollouts
     return GRPOConfig(
         output_dir=str(out_dir / "checkpoints"),
         max_steps=config.steps,
-        per_device_train_batch_size=config.groups_per_step * config.group_size,
+        per_device_train_batch_size=micro,
+        # one generation (the step's groups) per update, its rollouts in micro-batches
+        gradient_accumulation_steps=rollouts // micro,
+        steps_per_generation=rollouts // micro,
         num_generations=config.group_size,
         max_completion_length=g.max_completion_tokens,
         temperature=g.temperature,

@@ -119,3 +119,63 @@ def test_eval_end_to_end_on_toy_tasks(tmp_path, capsys):
         == 2
     )
     assert "overlap" in capsys.readouterr().err
+
+
+@pytest.mark.transformers
+@pytest.mark.bwrap
+def test_multi_turn_eval_shows_the_agent_exactly_trainings_feedback(tmp_path, monkeypatch):
+    """The second turn of an evaluation trajectory is the first conversation, the reply, and the user
+    message training's K-turn rollout builds from the same grade: ``next_user_message`` of
+    ``format_feedback`` of the sandbox's result (or of an unparsable reply's exact grade), at the same
+    token cap. Recomputed here from the recorded replies, independently of the evaluation."""
+    from wmrl.autoresearch.agent.feedback import ExecutionFeedback, format_feedback
+    from wmrl.autoresearch.agent.prompts import next_user_message
+    from wmrl.autoresearch.agent.tokens import HFTokens
+    from wmrl.autoresearch.evaluation.run import evaluate_policy
+    from wmrl.autoresearch.grading import ExecutionGrader
+    from wmrl.autoresearch.llm import TransformersBackend
+    from wmrl.autoresearch.tasks import load_task
+    from wmrl.autoresearch.tasks.toy import make_toy_task
+    from wmrl.autoresearch.training.streams import solution_items
+    from wmrl.autoresearch.training.tiny_coder import train_tiny_coder
+    from wmrl.core.rollouts import Exact
+
+    make_toy_task(tmp_path, "toy-regression", time_limit_s=30)
+    coder = tmp_path / "coder"
+    prompt = [{"role": "system", "content": "You write scripts."}, {"role": "user", "content": "Task."}]
+    train_tiny_coder([prompt], save_to=coder)
+    calls = []
+    complete = TransformersBackend.complete
+
+    def recording(self, conversations, sampling):
+        replies = complete(self, conversations, sampling)
+        calls.append(([list(c) for c in conversations], [r[0].text for r in replies], self.tokenizer))
+        return replies
+
+    monkeypatch.setattr(TransformersBackend, "complete", recording)
+    task_dir = str(tmp_path / "toy-regression")
+    cap = 120
+    evaluate_policy(
+        str(coder), tasks=task_dir, samples=3, turns=2, in_sample=True, train_tasks=task_dir,
+        max_new_tokens=200, overview_tokens=600, feedback_max_tokens=cap, time_limit_s=30,
+    )  # fmt: skip
+    assert len(calls) == 2, "one generation call per turn"
+    (first, replies, tokenizer), (second, _, _) = calls
+    assert len(first) == len(second) == 3
+    grader, item_of, tokens = ExecutionGrader(backend="bwrap"), solution_items(), HFTokens(tokenizer)
+    row = {"task_ref": task_dir, "task_id": "toy-regression", "prompt_id": "toy-regression"}
+    executed = 0
+    for before, reply, after in zip(first, replies, second, strict=True):
+        item = item_of(reply, row)
+        if isinstance(item, Exact):
+            feedback = item.feedback
+        else:
+            executed += 1
+            feedback = ExecutionFeedback.from_result(grader.grade(load_task(task_dir), item.code))
+        expected = next_user_message(format_feedback(feedback, cap, tokens), 1, 2)
+        assert after == [
+            *before,
+            {"role": "assistant", "content": reply},
+            {"role": "user", "content": expected},
+        ]
+    assert executed, "at least one reply was a script the sandbox ran (not only unparsable replies)"

@@ -18,6 +18,7 @@ from wmrl.autoresearch.tasks import TaskError, detect_format, load_task
 from wmrl.autoresearch.tasks.dsbench import load_dsbench
 from wmrl.autoresearch.tasks.mlebench import load_mlebench
 from wmrl.autoresearch.tasks.mledojo import load_mledojo
+from wmrl.autoresearch.tasks.model import Task
 
 
 def _write(path, text):
@@ -295,3 +296,91 @@ def test_unknown_folders_and_ids_are_explained(tmp_path):
         load_task(tmp_path / "empty")
     with pytest.raises(TaskError, match="neither a bundled task id"):
         load_task("no-such-task")
+
+
+_OWN_GRADER = '''
+import numpy as np
+
+
+class InvalidSubmissionError(Exception):
+    """MLE-bench's exception for a malformed submission (its graders raise it)."""
+
+
+def grade(submission, answers):
+    """Accuracy weighted by Age: a metric the registry has no equivalent of."""
+    if list(submission.columns) != ["PassengerId", "Transported"]:
+        raise InvalidSubmissionError("wrong columns")
+    merged = answers.merge(submission, on="PassengerId", suffixes=("", "_pred"))
+    if merged["Transported_pred"].dtype != bool:
+        raise InvalidSubmissionError("Transported must be True or False")
+    hit = (merged["Transported"] == merged["Transported_pred"]).to_numpy(float)
+    return float(np.average(hit, weights=merged["Age"]))
+'''
+
+
+def test_mlebench_grade_fn_grades_where_the_registry_has_no_metric(tmp_path):
+    """A competition whose grader the registry lacks is graded by its own grade_fn (the folder's
+    grade.py when the mlebench package is absent), with MLE-bench's outcomes: a score, an
+    InvalidSubmissionError → invalid, any other failure → the grader's, never the submission's 0."""
+    comp, data = _mlebench(tmp_path, grader="age-weighted-accuracy")
+    (comp / "grade.py").write_text(_OWN_GRADER)
+    task = load_task(comp, data_dir=data)
+    assert task.grade_fn == f"{comp / 'grade.py'}:grade" and task.metric == "age-weighted-accuracy"
+    assert task.lower_is_better is False  # best first: 0.9 ... 0.6
+    grader = ExecutionGrader()
+    # answers True, False, True, True with ages 20, 50, 60, 70; two right answers: ages 20 + 70
+    half = _write(
+        tmp_path / "half.csv",
+        "PassengerId,Transported\n0003_01,True\n0004_01,True\n0005_01,False\n0006_01,True\n",
+    )
+    result = grader.grade_submission(task, half)
+    assert result.status == "valid" and result.score == pytest.approx(90 / 200)
+    assert result.position == 0.0  # below every leaderboard score
+    perfect = _write(
+        tmp_path / "perfect.csv",
+        "PassengerId,Transported\n0003_01,True\n0004_01,False\n0005_01,True\n0006_01,True\n",
+    )
+    assert grader.grade_submission(task, perfect).medal == "gold"
+    refused = _write(
+        tmp_path / "refused.csv",
+        "PassengerId,Transported\n0003_01,yes\n0004_01,no\n0005_01,yes\n0006_01,yes\n",
+    )
+    result = grader.grade_submission(task, refused)
+    assert result.status == "invalid_submission" and "must be True or False" in result.reason
+    # the structural checks still come first: the task's code never sees a missing id
+    short = _write(tmp_path / "short.csv", "PassengerId,Transported\n0003_01,True\n")
+    assert grader.grade_submission(task, short).submission_error == "wrong_row_count"
+
+
+def test_mlebench_grade_fn_that_breaks_is_the_graders_failure(tmp_path):
+    comp, data = _mlebench(tmp_path, grader="broken-metric")
+    (comp / "grade.py").write_text("def grade(submission, answers):\n    return float('nan')\n")
+    task = load_task(comp, data_dir=data)
+    result = ExecutionGrader().grade_submission(task, task.sample_submission_path)
+    assert (
+        result.status == "harness_error" and result.reward is None and "not a finite score" in result.reason
+    )
+
+
+def test_mlebench_grade_fn_direction_and_errors(tmp_path):
+    lower = """
+        score
+        0.1
+        0.2
+        0.5
+        """
+    comp, data = _mlebench(tmp_path, grader="custom-loss", leaderboard=lower)
+    (comp / "grade.py").write_text(_OWN_GRADER)
+    assert load_mlebench(comp, data_dir=data).lower_is_better is True  # best first and smallest
+    comp2, data2 = _mlebench(tmp_path / "b", grader="custom-loss")
+    (comp2 / "grade.py").write_text("import mlebench_not_installed\n\ndef grade(s, a):\n    return 0.0\n")
+    with pytest.raises(TaskError, match=r"cannot be imported.*mlebench_not_installed"):
+        load_mlebench(comp2, data_dir=data2)
+    with pytest.raises(TaskError, match="grade_fn"):
+        Task(**{**_task_fields(load_mlebench(comp, data_dir=data)), "grade_fn": "no-colon"})
+
+
+def _task_fields(task):
+    import dataclasses
+
+    return {f.name: getattr(task, f.name) for f in dataclasses.fields(task)}
