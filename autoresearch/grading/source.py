@@ -75,6 +75,9 @@ class ExecutionRewardSource:
         self.max_workers = max_workers
         self._load = task_loader or load_task
         self._tasks: dict[str, Task] = {}
+        #: ``(solutions, results) -> None`` called after every batch (``(task ref, code)`` pairs and
+        #: their results), e.g. to keep the anchor pairs a run collects; None: nothing is recorded.
+        self.record: Callable[[list[tuple[str | Task, str]], list[GradeResult]], None] | None = None
 
     def _task(self, ref: str | Task) -> Task:
         if isinstance(ref, Task):
@@ -97,9 +100,13 @@ class ExecutionRewardSource:
         """Full :class:`GradeResult` per item, in order."""
         parsed = [as_solution(item) for item in items]
         if self.max_workers == 1 or len(parsed) <= 1:
-            return [self._grade_one(p) for p in parsed]
-        with ThreadPoolExecutor(max_workers=self.max_workers) as pool:
-            return list(pool.map(self._grade_one, parsed))
+            results = [self._grade_one(p) for p in parsed]
+        else:
+            with ThreadPoolExecutor(max_workers=self.max_workers) as pool:
+                results = list(pool.map(self._grade_one, parsed))
+        if self.record is not None:
+            self.record(parsed, results)
+        return results
 
     def grade(self, items: Sequence[Any]) -> list[Grade]:
         """One :class:`~wmrl.core.sources.Grade` per item (value None for a harness error), with the

@@ -509,7 +509,8 @@ def world_model_answer(status: str, position: float | None, error: str | None = 
     )
 
 
-def _error_type(stderr: str) -> str | None:
+def error_type(stderr: str) -> str | None:
+    """The exception class named by the last traceback line of ``stderr`` (``KeyError``), or None."""
     for line in reversed(stderr.strip().splitlines()):
         head = line.split(":", 1)[0].strip()
         if head.endswith(("Error", "Exception")) and " " not in head:
@@ -609,7 +610,7 @@ def build_corpus(
                 continue
             completion = reply or ""
         else:
-            completion = world_model_answer(result.status, position, _error_type(result.stderr_tail or ""))
+            completion = world_model_answer(result.status, position, error_type(result.stderr_tail or ""))
         examples.append(
             CorpusExample(
                 role, task.id, ref, recipe, completion, code, result.status, position, result.reward

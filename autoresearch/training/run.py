@@ -428,6 +428,15 @@ def run_training(
         policy = load_model(resolve_spec(config.model.path, log), dtype=config.model.dtype, device=device)
         log(f"[wmrl] policy {policy.model_id} loaded in {time.perf_counter() - t0:.1f} s")
         anchor = build_anchor(config, tasks_by_ref) if config.mode.executes else None
+        if anchor is not None:  # the run's (script, real outcome) pairs, for a world model tuned on them
+            from wmrl.autoresearch.training.anchor_pairs import AnchorPairRecorder
+
+            pairs_file = "anchor_pairs.jsonl"
+            if processes.num_processes > 1:
+                pairs_file = f"anchor_pairs-rank{processes.process_index}.jsonl"
+            anchor.record = AnchorPairRecorder(
+                out / pairs_file, step=lambda: trainer.state.global_step + 1 if trainer is not None else 0
+            )
         world_model = None
         if config.mode.needs_world_model:
             t0 = time.perf_counter()

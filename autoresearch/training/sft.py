@@ -71,6 +71,11 @@ class CorpusSection:
         world_model_overview_tokens: the world model prompt's overview budget (``world_model.overview_tokens``).
         world_model_code_max_chars: the world model prompt's script budget (``world_model.code_max_chars``).
         world_model_worked_example: the world model prompt's worked example (``world_model.worked_example``).
+        anchor_runs: ``wmrl train autoresearch`` run directories whose recorded anchor pairs
+            (``anchor_pairs*.jsonl``: every script the run executed, with its real outcome) are the
+            whole corpus instead of the baseline pool: a *world model* fine-tuned on what a run
+            executed (``world_model.backend.path=<final>`` of a later run). Nothing is executed
+            again; every pair's task must be one of the training tasks.
     """
 
     ids: tuple[str, ...] = ()
@@ -85,6 +90,7 @@ class CorpusSection:
     world_model_overview_tokens: int = 400
     world_model_code_max_chars: int = 4000
     world_model_worked_example: bool = False
+    anchor_runs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         require(len(set(self.ids)) == len(self.ids), f"corpus.ids has duplicates: {list(self.ids)}")
@@ -306,7 +312,12 @@ def run_sft(
 
         policy = load_model(config.model.path, dtype=config.model.dtype, device=device)
         sft_rows(Corpus(examples=[]), tasks, config, policy.tokenizer)  # the prompts build, before executing
-        if reuse:  # resumed or restarted with the same corpus settings: the same executed examples
+        if c.anchor_runs:  # a world model tuned on what runs executed: the pairs are already graded
+            corpus = _anchor_corpus(c.anchor_runs, tasks)
+            corpus.write(corpus_file)
+            summary = corpus.summary()
+            writer.write_json("corpus_report.json", summary)
+        elif reuse:  # resumed or restarted with the same corpus settings: the same executed examples
             examples = [CorpusExample(**json.loads(x)) for x in corpus_file.read_text().splitlines() if x]
             corpus = Corpus(examples=examples, tasks=[t.id for _, t in tasks])
             summary = json.loads((out / "corpus_report.json").read_text())
@@ -331,7 +342,7 @@ def run_sft(
             f"{_fmt(summary['agent_mean_position'])}), {summary['world_model_examples']} world-model examples, "
             f"from {summary['executions']} real executions {summary['statuses']}"
         )
-        if not corpus.of_role("agent"):
+        if not corpus.of_role("agent") and not c.anchor_runs:
             from wmrl.core.errors import UserError
 
             raise UserError(
@@ -436,6 +447,32 @@ def run_sft(
         )
     )
     return result
+
+
+def _anchor_corpus(runs, tasks):
+    """The recorded anchor pairs of ``runs`` as a world-model corpus, refusing any pair whose task is
+    not one of the training ``tasks`` (``(ref, Task)`` pairs; held-out tasks are refused before)."""
+    from wmrl.autoresearch.training.anchor_pairs import read_anchor_pairs
+    from wmrl.autoresearch.training.corpus import Corpus
+    from wmrl.core.errors import UserError
+
+    try:
+        examples = read_anchor_pairs(runs)
+    except FileNotFoundError as err:
+        raise UserError(str(err)) from None
+    known = {task.id for _, task in tasks}
+    foreign = sorted({e.task_id for e in examples} - known)
+    if foreign:
+        raise UserError(
+            f"corpus.anchor_runs hold pairs of tasks that are not training tasks of this stage: {foreign} "
+            "(set corpus.ids to the runs' training tasks; held-out tasks are never trained on)"
+        )
+    if not examples:
+        raise UserError(f"corpus.anchor_runs {list(runs)} recorded no executed pairs")
+    statuses: dict[str, int] = {}
+    for example in examples:
+        statuses[example.status] = statuses.get(example.status, 0) + 1
+    return Corpus(examples=examples, statuses=statuses, tasks=sorted({e.task_id for e in examples}))
 
 
 def _reusable_corpus(run_dir: RunDirectory, config: WarmStartConfig) -> bool:

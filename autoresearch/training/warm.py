@@ -44,6 +44,10 @@ def warm_start_dir() -> Path:
     config = _config()
     tasks = [task for _, task in _tasks(config)]
     settings = to_dict(config)
+    # Keys whose value changes nothing the warm start builds stay out of its key (a setting added
+    # later with an inert default must not orphan every cached warm start).
+    if not settings["corpus"].get("anchor_runs"):
+        settings["corpus"].pop("anchor_runs", None)
     key = corpus_key(tasks, settings)
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:6]
     return cache_root() / "warm" / f"smollm2-135m-sft-{key}{digest}"
