@@ -43,6 +43,14 @@ def require(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+def require_int(value: object, name: str, low: int = 1) -> None:
+    """Raise :class:`ConfigError` unless ``value`` is an int (not a bool) ``>= low``."""
+    require(
+        isinstance(value, int) and not isinstance(value, bool) and value >= low,
+        f"{name} must be an integer >= {low}; got {value!r}",
+    )
+
+
 def to_dict(config: Any) -> dict[str, Any]:
     """A JSON-ready dict of a (nested) config dataclass."""
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from wmrl.core.config import ConfigError, require, to_dict
+from wmrl.core.config import require_int as _int_at_least
 from wmrl.core.corrector import CorrectorConfig
 from wmrl.core.modes import Mode, resolve_corrector
 
@@ -53,13 +54,6 @@ RESUMABLE = ("steps", "logging", "checkpoint")
 #: The corrector settings a config was loaded *from* (a preset, a file): a mode may override those;
 #: only settings the user changed on top of them can contradict it. Set by :meth:`TrainConfigBase.baseline`.
 _BASELINE: contextvars.ContextVar[Any] = contextvars.ContextVar("wmrl_corrector_baseline", default=None)
-
-
-def _int_at_least(value: Any, name: str, low: int) -> None:
-    require(
-        isinstance(value, int) and not isinstance(value, bool) and value >= low,
-        f"{name} must be an integer >= {low}; got {value!r}",
-    )
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from typing import ClassVar, Literal
 from wmrl.autoresearch.agent.episode import EpisodeConfig
 from wmrl.autoresearch.worldmodel.model import WorldModelConfig
 from wmrl.core.config import require
+from wmrl.core.config import require_int as _positive_int
 from wmrl.core.corrector import CorrectorConfig
 from wmrl.core.debias import DebiasConfig
 from wmrl.core.engines.ray.config import RayPoolConfig
@@ -30,13 +31,6 @@ from wmrl.core.train_config import TrainConfigBase
 __all__ = ["GRPOSection", "ModelSection", "SandboxSection", "TasksSection", "TrainConfig"]
 
 _DTYPES = ("float32", "bfloat16", "float16")
-
-
-def _positive_int(value: object, name: str, minimum: int = 1) -> None:
-    require(
-        isinstance(value, int) and not isinstance(value, bool) and value >= minimum,
-        f"{name} must be an integer >= {minimum}; got {value!r}",
-    )
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from typing import Any
 
 from wmrl.autoresearch.training.config import ModelSection, SandboxSection
 from wmrl.core.config import require
+from wmrl.core.config import require_int as _int
 from wmrl.core.errors import Interrupted
 from wmrl.core.rundir import RunDirectory
 from wmrl.core.train_config import LoraConfig, SupervisedConfigBase
@@ -42,13 +43,6 @@ __all__ = ["CorpusSection", "SFTResult", "WarmStartConfig", "run_sft", "run_sft_
 #: LoRA on every linear layer of the decoder: a warm start must change what the model writes, which
 #: attention-only adapters learn slowly.
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-def _int(value: object, name: str, low: int) -> None:
-    require(
-        isinstance(value, int) and not isinstance(value, bool) and value >= low,
-        f"{name} must be an integer >= {low}; got {value!r}",
-    )
 
 
 @dataclass(frozen=True)
