@@ -345,6 +345,7 @@ def run_bench(
         )
         data = report.to_dict()
         data["wall_s"] = time.perf_counter() - t0
+        dest.parent.mkdir(parents=True, exist_ok=True)  # OUT/start/ does not exist before its report
         write_json_atomic(dest, data)
         log(f"[wmrl] bench: held-out {dest.parent.name}: valid {report.valid_rate}, avg@k {report.overall}")
 
@@ -389,6 +390,18 @@ def register(root) -> None:
     sub.add_argument("--eval-samples", type=int, default=None, help="trajectories per held-out task and seed")
     sub.add_argument("--eval-turns", type=int, default=1, help="execution turns per evaluation trajectory")
     sub.add_argument(
+        "--eval-max-new-tokens",
+        type=int,
+        default=None,
+        help="tokens per evaluation reply (default: training's)",
+    )
+    sub.add_argument(
+        "--eval-overview-tokens",
+        type=int,
+        default=None,
+        help="evaluation overview budget (default: training's)",
+    )
+    sub.add_argument(
         "--eval-tasks", default="eval", help="held-out tasks (default: the bundled held-out split)"
     )
     sub.add_argument("--out", default="runs/bench-autoresearch", help="benchmark folder (reruns add to it)")
@@ -412,6 +425,12 @@ def _cli(args) -> int:
             table = bench_table(out)
         else:
             quick = QUICK if args.quick else {}
+            from wmrl.autoresearch.training.config import TrainConfig
+            from wmrl.core.config import load_config
+
+            # The evaluation prompt and reply budget are the training runs' own (tasks.overview_tokens,
+            # grpo.max_completion_tokens after the overrides), unless given.
+            trained = load_config(TrainConfig, None, list(args.overrides))
             settings = BenchSettings(
                 modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),
                 seeds=tuple(range(args.seeds)) if args.seeds else quick.get("seeds", (0, 1, 2)),
@@ -421,6 +440,8 @@ def _cli(args) -> int:
                 eval_tasks=args.eval_tasks,
                 eval_samples=args.eval_samples or quick.get("eval_samples", 4),
                 eval_turns=args.eval_turns,
+                eval_max_new_tokens=args.eval_max_new_tokens or trained.grpo.max_completion_tokens,
+                eval_overview_tokens=args.eval_overview_tokens or trained.tasks.overview_tokens,
             )
             table = run_bench(
                 settings, out, force_settings=args.force_settings, progress=not args.no_progress

@@ -1,0 +1,43 @@
+"""``wmrl bench autoresearch`` end to end with the tiny model: the starting policy is evaluated, every
+(mode, seed) run trains and is evaluated on held-out tasks, the table is written from the saved
+files, and a rerun with the same settings computes nothing again."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = [pytest.mark.trl, pytest.mark.bwrap, pytest.mark.peft, pytest.mark.matplotlib]
+
+
+def test_a_bench_writes_every_report_and_a_rerun_reuses_them(tmp_path, tiny_autoresearch, capsys):
+    from wmrl.autoresearch.tasks.toy import make_toy_task
+    from wmrl.core.cli import main
+
+    model = next(a.split("=", 1)[1] for a in tiny_autoresearch if a.startswith("model.path="))
+    overrides = [a for a in tiny_autoresearch if not a.startswith("model.path=")]
+    make_toy_task(tmp_path / "held", "toy-held")
+    out = tmp_path / "bench"
+    argv = [
+        "bench", "autoresearch", "--out", str(out), "--modes", "real,wmrl", "--seeds", "1", "--steps", "1",
+        "--model", model, "--eval-samples", "1", "--eval-tasks", str(tmp_path / "held" / "toy-held"),
+        "--no-progress", *overrides, "logging.progress=false",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    start = json.loads((out / "start" / "eval_report.json").read_text())
+    assert [t["task_id"] for t in start["tasks"]] == ["toy-held"]
+    for mode in ("real", "wmrl"):
+        run = out / "runs" / f"{mode}-s0"
+        assert (run / "run_summary.json").is_file() and (run / "eval_report.json").is_file()
+        assert json.loads((run / "config.json").read_text())["mode"] == mode
+    table = json.loads((out / "table.json").read_text())
+    assert (out / "table.md").read_text().strip()
+    assert json.dumps(table)  # written from the files above (recomputed by test_bench_table)
+    stamp = {p: p.stat().st_mtime_ns for p in out.rglob("eval_report.json")}
+    assert main(argv) == 0  # everything is finished: nothing is trained or evaluated again
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("eval_report.json")} == stamp
+    # other settings in the same folder are refused (a table mixes only like with like)
+    steps = argv.index("--steps") + 1
+    assert main([*argv[:steps], "2", *argv[steps + 1 :]]) == 2
+    assert "other settings" in capsys.readouterr().err
