@@ -362,6 +362,14 @@ def run_bench(
                 run_dir = RunDirectory(run, resume=run.exists(), command="wmrl bench autoresearch")
                 run_training(config, run_dir, log=log, progress=progress)
             evaluate(str(run / "final"), [seed], None, run / "eval_report.json")
+    return write_table(out)
+
+
+def write_table(out: str | Path) -> dict[str, Any]:
+    """Compute the table from the files in ``out`` and write ``table.json``, ``table.md`` and the plot."""
+    from wmrl.core.runlog import write_json_atomic
+
+    out = Path(out)
     table = bench_table(out)
     write_json_atomic(out / "table.json", table)
     (out / "table.md").write_text(format_table(table) + "\n")
@@ -422,7 +430,7 @@ def _cli(args) -> int:
     out = Path(args.out)
     try:
         if args.table_only:
-            table = bench_table(out)
+            table = write_table(out)
         else:
             quick = QUICK if args.quick else {}
             from wmrl.autoresearch.training.config import TrainConfig

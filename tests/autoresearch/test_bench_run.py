@@ -37,6 +37,9 @@ def test_a_bench_writes_every_report_and_a_rerun_reuses_them(tmp_path, tiny_auto
     stamp = {p: p.stat().st_mtime_ns for p in out.rglob("eval_report.json")}
     assert main(argv) == 0  # everything is finished: nothing is trained or evaluated again
     assert {p: p.stat().st_mtime_ns for p in out.rglob("eval_report.json")} == stamp
+    (out / "table.json").unlink()
+    assert main(["bench", "autoresearch", "--out", str(out), "--table-only"]) == 0
+    assert json.loads((out / "table.json").read_text()) == table  # what it prints it also writes
     # other settings in the same folder are refused (a table mixes only like with like)
     steps = argv.index("--steps") + 1
     assert main([*argv[:steps], "2", *argv[steps + 1 :]]) == 2
