@@ -67,8 +67,10 @@ class BenchSettings:
         eval_tasks: the held-out tasks (``eval``: the bundled held-out split, or a comma-separated list).
         eval_samples: trajectories per task and seed (avg@k).
         eval_turns: execution turns per trajectory.
-        eval_max_new_tokens: generated tokens per turn in evaluation.
-        eval_overview_tokens: overview budget of the evaluation prompt (as in training).
+        eval_max_new_tokens: generated tokens per turn in evaluation (``None``: the training runs'
+            ``grpo.max_completion_tokens``, after ``train_overrides``).
+        eval_overview_tokens: overview budget of the evaluation prompt (``None``: the training runs'
+            ``tasks.overview_tokens``).
         eval_time_limit_s: seconds per execution in evaluation.
     """
 
@@ -80,12 +82,20 @@ class BenchSettings:
     eval_tasks: str = "eval"
     eval_samples: int = 4
     eval_turns: int = 1
-    eval_max_new_tokens: int = 320
-    eval_overview_tokens: int = 400
+    eval_max_new_tokens: int | None = None
+    eval_overview_tokens: int | None = None
     eval_time_limit_s: float = 60.0
 
     def __post_init__(self) -> None:
-        from wmrl.core.config import require
+        from wmrl.autoresearch.training.config import TrainConfig
+        from wmrl.core.config import load_config, require
+
+        # The evaluation prompt and reply budget are the training runs' own unless given.
+        trained = load_config(TrainConfig, None, list(self.train_overrides))
+        if self.eval_max_new_tokens is None:
+            object.__setattr__(self, "eval_max_new_tokens", trained.grpo.max_completion_tokens)
+        if self.eval_overview_tokens is None:
+            object.__setattr__(self, "eval_overview_tokens", trained.tasks.overview_tokens)
 
         require(
             self.modes and set(self.modes) <= set(MODES),
@@ -433,12 +443,6 @@ def _cli(args) -> int:
             table = write_table(out)
         else:
             quick = QUICK if args.quick else {}
-            from wmrl.autoresearch.training.config import TrainConfig
-            from wmrl.core.config import load_config
-
-            # The evaluation prompt and reply budget are the training runs' own (tasks.overview_tokens,
-            # grpo.max_completion_tokens after the overrides), unless given.
-            trained = load_config(TrainConfig, None, list(args.overrides))
             settings = BenchSettings(
                 modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),
                 seeds=tuple(range(args.seeds)) if args.seeds else quick.get("seeds", (0, 1, 2)),
@@ -448,8 +452,8 @@ def _cli(args) -> int:
                 eval_tasks=args.eval_tasks,
                 eval_samples=args.eval_samples or quick.get("eval_samples", 4),
                 eval_turns=args.eval_turns,
-                eval_max_new_tokens=args.eval_max_new_tokens or trained.grpo.max_completion_tokens,
-                eval_overview_tokens=args.eval_overview_tokens or trained.tasks.overview_tokens,
+                eval_max_new_tokens=args.eval_max_new_tokens,
+                eval_overview_tokens=args.eval_overview_tokens,
             )
             table = run_bench(
                 settings, out, force_settings=args.force_settings, progress=not args.no_progress

@@ -5,6 +5,7 @@ This is the trusted half of grading; it runs in the parent process, never inside
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -61,6 +62,15 @@ def _metric_value(task: Task, y_true: np.ndarray, y_pred: np.ndarray) -> float:
         ) from None
 
 
+@functools.lru_cache(maxsize=8)
+def _typed_answers(path: str, mtime_ns: int, size: int):
+    """A task's answers as pandas reads them by default, read once per file version (every rollout of
+    a grade_fn task is graded against them; the text frame of ``read_answers`` keeps values as written)."""
+    import pandas as pd
+
+    return pd.read_csv(path, encoding="utf-8-sig")
+
+
 def _grade_fn_measure(task: Task, path, aligned: AlignedSubmission) -> Callable[[np.ndarray], float]:
     """``rows -> score`` with the task's own grading function: the submission and the answers as
     pandas reads them (its default types, as MLE-bench's graders expect), restricted to the answer
@@ -71,7 +81,9 @@ def _grade_fn_measure(task: Task, path, aligned: AlignedSubmission) -> Callable[
     from wmrl.autoresearch.grading.validation import _row_ids
 
     submission = pd.read_csv(path, encoding="utf-8-sig")
-    answers = pd.read_csv(task.answers_path, encoding="utf-8-sig")
+    stat = task.answers_path.stat()
+    # a copy: the task's function may change the frame it is given
+    answers = _typed_answers(str(task.answers_path), stat.st_mtime_ns, stat.st_size).copy()
     base_dir = task.metadata.get("competition_dir") or task.public_dir
 
     def measure(rows: np.ndarray) -> float:

@@ -75,7 +75,7 @@ def read_anchor_pairs(runs: Sequence[str | os.PathLike]) -> list[Any]:
         FileNotFoundError: a run directory has no anchor-pair file (a ``world_model`` mode run executes
             nothing; runs before this file existed have none).
     """
-    from wmrl.autoresearch.training.corpus import CorpusExample
+    from wmrl.autoresearch.training.corpus import Corpus
 
     examples = []
     for run in runs:
@@ -85,7 +85,5 @@ def read_anchor_pairs(runs: Sequence[str | os.PathLike]) -> list[Any]:
                 f"{run} holds no {PAIRS_GLOB}: it is not a wmrl train autoresearch run that executed anchors"
             )
         for file in files:
-            for line in file.read_text(encoding="utf-8").splitlines():
-                if line.strip():
-                    examples.append(CorpusExample(**json.loads(line)))
+            examples.extend(Corpus.read_examples(file))
     return examples

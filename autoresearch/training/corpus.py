@@ -468,6 +468,12 @@ class Corpus:
             "seconds": self.seconds,
         }
 
+    @staticmethod
+    def read_examples(path: str | Path) -> list[CorpusExample]:
+        """The examples of a JSONL file :meth:`write` (or an anchor-pair recorder) wrote."""
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        return [CorpusExample(**json.loads(line)) for line in lines if line.strip()]
+
     def write(self, path: str | Path) -> Path:
         path = Path(path)
         path.write_text("".join(json.dumps(e.to_dict()) + "\n" for e in self.examples), encoding="utf-8")

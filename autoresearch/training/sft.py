@@ -302,7 +302,7 @@ def run_sft(
         log(f"[wmrl] warm start: {len(tasks)} training tasks; base {config.model.path}; device {device}")
         c = config.corpus
         corpus_file = out / "corpus.jsonl"
-        from wmrl.autoresearch.training.corpus import Corpus, CorpusExample
+        from wmrl.autoresearch.training.corpus import Corpus
 
         policy = load_model(config.model.path, dtype=config.model.dtype, device=device)
         sft_rows(Corpus(examples=[]), tasks, config, policy.tokenizer)  # the prompts build, before executing
@@ -312,8 +312,7 @@ def run_sft(
             summary = corpus.summary()
             writer.write_json("corpus_report.json", summary)
         elif reuse:  # resumed or restarted with the same corpus settings: the same executed examples
-            examples = [CorpusExample(**json.loads(x)) for x in corpus_file.read_text().splitlines() if x]
-            corpus = Corpus(examples=examples, tasks=[t.id for _, t in tasks])
+            corpus = Corpus(examples=Corpus.read_examples(corpus_file), tasks=[t.id for _, t in tasks])
             summary = json.loads((out / "corpus_report.json").read_text())
         else:
             grader = build_grader(config.sandbox)
