@@ -17,9 +17,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -193,6 +194,13 @@ def _trajectory_grade(turns: list[tuple[str, float | None, float | None, str | N
     return RolloutGrade(status, None, reward, None, len(turns))
 
 
+def _feedback_text(feedback: Any) -> dict[str, Any] | str | None:
+    """A turn's feedback as JSON: the execution feedback's fields (:class:`ExecutionFeedback`)."""
+    if feedback is None or isinstance(feedback, str):
+        return feedback
+    return dataclasses.asdict(feedback) if dataclasses.is_dataclass(feedback) else str(feedback)
+
+
 def evaluate_policy(
     model: str | os.PathLike,
     *,
@@ -218,6 +226,7 @@ def evaluate_policy(
     device: str = "cpu",
     log=None,
     progress: bool = False,
+    record: Callable[[dict[str, Any]], None] | None = None,
 ) -> EvalReport:
     """Evaluate ``model`` (see the module docstring); returns the report.
 
@@ -228,7 +237,10 @@ def evaluate_policy(
     best turn. ``in_sample`` allows training tasks (the report says so); otherwise any overlap with
     the policy's training tasks is an error. ``mledojo_root``: an MLE-Dojo checkout whose
     leaderboards DSBench tasks are ranked on; ``data_dir``: MLE-bench's data folder.
-    ``progress``: a bar over the graded turns.
+    ``progress``: a bar over the graded turns. ``record``: called with every graded turn as it is
+    graded (``seed``, ``task_id``, ``sample``, ``turn``, the ``reply``, its ``status``, ``reward``,
+    ``position``, ``medal``, and the ``feedback`` the next turn shows), so what was generated and
+    what it scored is kept even if the evaluation stops.
     """
     import sys
 
@@ -313,8 +325,10 @@ def evaluate_policy(
         trajectories = [
             (i, make_episode(row["prompt"], row), []) for i, row in enumerate(rows) for _ in range(samples)
         ]
+        sample_of = [k % samples for k in range(len(trajectories))]
         for turn in range(turns):
-            live = [t for t in trajectories if not t[1].episode.done]
+            live_at = [k for k, t in enumerate(trajectories) if not t[1].episode.done]
+            live = [trajectories[k] for k in live_at]
             if not live:
                 break
             sampling = SamplingConfig(
@@ -331,7 +345,7 @@ def evaluate_policy(
                 items.append(item_of(reply[0].text, rows[i]))
             run = [k for k, item in enumerate(items) if not isinstance(item, Exact)]
             graded = dict(zip(run, anchor.grade([items[k] for k in run]), strict=True))
-            for k, ((_, episode, record), item) in enumerate(zip(live, items, strict=True)):
+            for k, ((i, episode, turns_of), item) in enumerate(zip(live, items, strict=True)):
                 if isinstance(item, Exact):
                     reward, feedback, status, info = item.value, item.feedback, item.status, {}
                 else:
@@ -339,12 +353,27 @@ def evaluate_policy(
                     reward, feedback, status, info = grade.value, grade.feedback, grade.status, grade.info
                 position = info.get("position") if status == "valid" else None
                 medal = info.get("medal") if status == "valid" else None
-                record.append((status or "unknown", position, reward, medal))
+                turns_of.append((status or "unknown", position, reward, medal))
                 episode.add_outcome(reward, feedback, status)
+                if record is not None:
+                    record(
+                        {
+                            "seed": seed,
+                            "task_id": loaded_tasks[i].id,
+                            "sample": sample_of[live_at[k]],
+                            "turn": turn,
+                            "reply": replies[k][0].text,
+                            "status": status or "unknown",
+                            "reward": reward,
+                            "position": position,
+                            "medal": medal,
+                            "feedback": _feedback_text(feedback),
+                        }
+                    )
                 bar.update(1)
         by_task: dict[int, list] = {}
-        for i, episode, record in trajectories:
-            by_task.setdefault(i, []).append(_trajectory_grade(record, episode.reward()))
+        for i, episode, turns_of in trajectories:
+            by_task.setdefault(i, []).append(_trajectory_grade(turns_of, episode.reward()))
         for i, grades in sorted(by_task.items()):
             task = loaded_tasks[i]
             report = task_report(task.id, task.category, grades, seed=seed)

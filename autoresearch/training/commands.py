@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -17,7 +16,6 @@ from typing import Any
 
 __all__ = [
     "end_process_group",
-    "leave_launched_process",
     "register_eval",
     "register_fidelity",
     "register_train",
@@ -25,6 +23,8 @@ __all__ = [
 ]
 
 EXIT_BAD_INPUT = 2
+#: ``wmrl eval autoresearch``'s record of every graded turn (reply, status, reward, feedback), one JSON line each.
+TRAJECTORIES_FILE = "trajectories.jsonl"
 
 
 def _fail(message: str) -> int:
@@ -52,18 +52,6 @@ def register_train(root) -> None:
         default_out="runs/autoresearch-sft-{time}",
         stage=True,  # supervised: checkpoints complete with wmrl_stage.json, not a correction's state
     )
-
-
-def leave_launched_process(code: int) -> None:
-    """End one process of a finished multi-process run now, skipping interpreter teardown.
-
-    After a gloo run, teardown at exit sometimes aborts ("terminate called without an active
-    exception", SIGABRT) although the run is complete and the process group destroyed; the
-    launcher would then report a finished run as failed. Everything is written by now.
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 def end_process_group() -> None:
@@ -123,6 +111,15 @@ def run_eval(config, out: Path, *, resume: bool, progress: bool) -> tuple[dict[s
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    opened: list = []  # the trajectories file, opened at the first graded turn (a refused run writes nothing)
+
+    def record(turn: dict[str, Any]) -> None:  # each turn as it is graded: nothing lost if it stops
+        if not opened:
+            out.mkdir(parents=True, exist_ok=True)
+            opened.append((out / TRAJECTORIES_FILE).open("w", encoding="utf-8"))
+        opened[0].write(json.dumps(turn) + "\n")
+        opened[0].flush()
+
     try:
         report = evaluate_policy(
             config.model,
@@ -147,13 +144,20 @@ def run_eval(config, out: Path, *, resume: bool, progress: bool) -> tuple[dict[s
             batch_size=config.batch_size,
             device=device,
             progress=progress,
+            record=record,
         )
     except EvalError as err:
         raise UserError(str(err)) from None
+    finally:
+        for file in opened:
+            file.close()
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "config.json", to_dict(config))
     write_json_atomic(out / "eval_report.json", report.to_dict())
-    return report.to_dict(), [report.format(), f"[wmrl] report: {out / 'eval_report.json'}"]
+    return report.to_dict(), [
+        report.format(),
+        f"[wmrl] report: {out / 'eval_report.json'}; every turn: {out / TRAJECTORIES_FILE}",
+    ]
 
 
 # ---------------------------------------------------------------------------------------- fidelity

@@ -588,7 +588,8 @@ def run_training(
 
 def run_from_cli(config: TrainConfig, run_dir: RunDirectory, *, progress: bool) -> list[str]:
     """``wmrl train autoresearch``: train, then the lines to print (see :mod:`wmrl.core.cli_runs`)."""
-    from wmrl.autoresearch.training.commands import end_process_group, leave_launched_process
+    from wmrl.autoresearch.training.commands import end_process_group
+    from wmrl.core.distributed import leave_launched_process
 
     try:
         result = run_training(config, run_dir, progress=progress)

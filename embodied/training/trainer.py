@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from wmrl.core.distributed import Processes
+from wmrl.core.distributed import Processes, leave_launched_process
 from wmrl.core.ledger import CostLedger
 from wmrl.core.loop import LoopStep, LoopTrainer
 from wmrl.core.pipeline import RewardPipeline, StepResult
@@ -477,8 +477,16 @@ def run_from_cli(config: EmbodiedTrainConfig, run_dir: RunDirectory, *, progress
     processes = Processes.from_env(cuda=config.policy.on_cuda)
     with EmbodiedTrainer(config, run_dir, progress=progress, processes=processes) as trainer:
         report = trainer.run()
-    if not processes.is_main:
-        return []  # the main process reports, once
+    lines = _summary(config, run_dir, report) if processes.is_main else []  # the main process reports
+    if processes.distributed:
+        processes.close()
+        for line in lines:
+            print(line)
+        leave_launched_process(0)
+    return lines
+
+
+def _summary(config: EmbodiedTrainConfig, run_dir: RunDirectory, report: dict) -> list[str]:
     spent = report["spent"]
     return [
         f"trained {report['steps']} step(s), {report['details']['episodes']} episodes, mode {config.mode.value}; "

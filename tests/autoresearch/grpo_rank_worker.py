@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_training_trainer import Counting, Spy, grpo_args, make_trainer, real_formula
 
 from wmrl.core.config import to_dict
+from wmrl.core.distributed import leave_launched_process
 from wmrl.core.sources import Grade
 
 RANK_STATUS = {0: "valid", 1: "runtime_error"}
@@ -77,11 +78,7 @@ def main(out: Path) -> None:
     (out / f"rank{rank}.json").write_text(json.dumps(record))
     trainer.accelerator.wait_for_everyone()
     torch.distributed.destroy_process_group()
-    # Interpreter teardown after a gloo run sometimes aborts ("terminate called without an active
-    # exception", ~1 run in 10 on a loaded machine) although all work is done; leave without it.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave_launched_process(0)  # as the CLI does: a gloo teardown abort must not fail a finished run
 
 
 if __name__ == "__main__":

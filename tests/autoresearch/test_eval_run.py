@@ -3,6 +3,7 @@ their base) and the clear errors for a missing model."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -97,6 +98,17 @@ def test_eval_end_to_end_on_toy_tasks(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out) == report
     assert [t["task_id"] for t in report["tasks"]] == ["toy-regression", "toy-binary"]
     assert report["seeds"] == [0, 1] and len(report["per_seed_tasks"]) == 4
+    # every graded turn is kept: 2 seeds x 2 tasks x 3 samples, each with its reply and grade
+    turns = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert sorted((t["seed"], t["task_id"], t["sample"]) for t in turns) == sorted(
+        (seed, task, k) for seed in (0, 1) for task in ("toy-regression", "toy-binary") for k in range(3)
+    )
+    assert all(t["turn"] == 0 and t["status"] == "malformed" and t["position"] is None for t in turns)
+    for task in report["per_seed_tasks"]:  # the report's statuses are the recorded turns'
+        recorded = [
+            t["status"] for t in turns if (t["seed"], t["task_id"]) == (task["seed"], task["task_id"])
+        ]
+        assert {s: recorded.count(s) for s in set(recorded)} == task["statuses"]
     for t in report["tasks"]:  # pooled over the two seeds
         assert t["samples"] == 3 and t["graded"] == 6 and t["valid_rate"] == 0 and t["avg_position"] == 0
         assert sum(t["statuses"].values()) == 6 and t["avg_position_sem"] == 0
@@ -155,16 +167,18 @@ def test_multi_turn_eval_shows_the_agent_exactly_trainings_feedback(tmp_path, mo
     monkeypatch.setattr(TransformersBackend, "complete", recording)
     task_dir = str(tmp_path / "toy-regression")
     cap = 120
+    recorded = []
     evaluate_policy(
         str(coder), tasks=task_dir, samples=3, turns=2, in_sample=True, train_tasks=task_dir,
         max_new_tokens=200, overview_tokens=600, feedback_max_tokens=cap, time_limit_s=30,
+        record=recorded.append,
     )  # fmt: skip
     assert len(calls) == 2, "one generation call per turn"
     (first, replies, tokenizer), (second, _, _) = calls
     assert len(first) == len(second) == 3
     grader, item_of, tokens = ExecutionGrader(backend="bwrap"), solution_items(), HFTokens(tokenizer)
     row = {"task_ref": task_dir, "task_id": "toy-regression", "prompt_id": "toy-regression"}
-    executed = 0
+    executed, feedbacks = 0, []
     for before, reply, after in zip(first, replies, second, strict=True):
         item = item_of(reply, row)
         if isinstance(item, Exact):
@@ -172,6 +186,7 @@ def test_multi_turn_eval_shows_the_agent_exactly_trainings_feedback(tmp_path, mo
         else:
             executed += 1
             feedback = ExecutionFeedback.from_result(grader.grade(load_task(task_dir), item.code))
+        feedbacks.append(feedback)
         expected = next_user_message(format_feedback(feedback, cap, tokens), 1, 2)
         assert after == [
             *before,
@@ -179,3 +194,7 @@ def test_multi_turn_eval_shows_the_agent_exactly_trainings_feedback(tmp_path, mo
             {"role": "user", "content": expected},
         ]
     assert executed, "at least one reply was a script the sandbox ran (not only unparsable replies)"
+    # the record of the first turn: each trajectory's reply and its feedback, in order
+    first_turn = [r for r in recorded if r["turn"] == 0]
+    assert [r["sample"] for r in first_turn] == [0, 1, 2] and [r["reply"] for r in first_turn] == replies
+    assert [r["feedback"] for r in first_turn] == [dataclasses.asdict(f) for f in feedbacks]

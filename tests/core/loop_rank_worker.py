@@ -23,7 +23,7 @@ import torch
 from wmrl.core import Group, RewardPipeline, as_source
 from wmrl.core.corrector import CorrectorConfig
 from wmrl.core.debias import DebiasConfig
-from wmrl.core.distributed import Processes
+from wmrl.core.distributed import Processes, leave_launched_process
 from wmrl.core.loop import LoopTrainer
 from wmrl.core.rundir import RunDirectory
 from wmrl.core.scheduler import SchedulerConfig
@@ -175,6 +175,7 @@ def main(out: Path, scheduler: str, resume: bool) -> None:
         )
     )
     processes.close()
+    leave_launched_process(0)  # as the CLI does: a gloo teardown abort must not fail a finished run
 
 
 if __name__ == "__main__":

@@ -29,7 +29,8 @@ GROUP = 4
 
 
 def _run(out: Path, scheduler: str, ranks: int, port: int, *extra: str) -> list[dict]:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    # faulthandler: a rank that aborts in native code (SIGABRT) prints every thread's Python stack
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1")
     env.pop("WORLD_SIZE", None)
     if ranks == 1:
         command = [sys.executable, str(WORKER), str(out), scheduler, *extra]
@@ -47,7 +48,9 @@ def _run(out: Path, scheduler: str, ranks: int, port: int, *extra: str) -> list[
             *extra,
         ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.returncode == 0, (
+        f"exit {done.returncode}\nstdout:\n{done.stdout[-4000:]}\nstderr:\n{done.stderr[-12000:]}"
+    )
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(ranks)]
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from wmrl.core.distributed import Processes
+from wmrl.core.distributed import Processes, leave_launched_process
 from wmrl.embodied.training import load_train_config
 from wmrl.embodied.training.trainer import EmbodiedTrainer
 
@@ -43,6 +43,7 @@ def main(out: Path, overrides: list[str]) -> None:
         json.dumps({"world": processes.world, "steps": seen, "report": report, "corrector": corrector})
     )
     processes.close()
+    leave_launched_process(0)  # as the CLI does: a gloo teardown abort must not fail a finished run
 
 
 if __name__ == "__main__":
