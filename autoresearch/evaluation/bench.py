@@ -6,7 +6,8 @@ autoresearch``; the starting policy is evaluated too (with the same seeds). Ever
 under ``OUT`` and **kept**: a rerun skips what is complete and resumes what was interrupted, so the
 benchmark can run in pieces (sessions, machines) and the table always aggregates every finished run::
 
-    OUT/bench.json                 the settings (a rerun must use the same ones; --force-settings overrides)
+    OUT/bench.json                 the settings and what they resolve to here (every run's training config, the
+                                   starting policy's identity): a rerun must match (--force-settings overrides)
     OUT/start/eval_report.json     the starting policy on the held-out tasks
     OUT/runs/<mode>-s<seed>/       a `wmrl train autoresearch` run directory (+ eval_report.json)
     OUT/table.json, OUT/table.md   the table, computed only from the files above (:func:`bench_table`)
@@ -31,7 +32,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PAPER_COST", "BenchSettings", "bench_table", "format_table", "modelled_cost", "run_bench"]
+__all__ = [
+    "PAPER_COST",
+    "BenchSettings",
+    "bench_table",
+    "format_table",
+    "model_identity",
+    "modelled_cost",
+    "resolved_settings",
+    "run_bench",
+]
 
 #: The paper's reported training cost (GPU-hours, Qwen3.5-4B; ``docs/index.html`` of the official
 #: release): real-execution GRPO, the pure world-model run, and WMRL. Execution's share of GRPO's
@@ -303,6 +313,55 @@ def _plot(out: Path, table: dict[str, Any]) -> Path | None:
     return path
 
 
+def resolved_settings(settings: BenchSettings) -> dict[str, Any]:
+    """What ``settings`` resolve to on this install, stored beside them in ``OUT/bench.json``.
+
+    ``train_config``: a run's whole training config (the embedded defaults under the overrides);
+    ``start_model``: the starting policy's identity (the warm start's cache folder, whose name
+    hashes its config and tasks, or a local folder's files). A benchmark continued after a default,
+    the warm start or the model folder changed is then refused instead of mixing unlike runs.
+    """
+    from wmrl.autoresearch.training.config import TrainConfig
+    from wmrl.core.config import load_config, to_dict
+
+    base = [*settings.train_overrides, f"model.path={settings.model}", f"steps={settings.steps}"]
+    config = load_config(TrainConfig, None, [*base, f"mode={settings.modes[0]}", "seed=0"])
+    return {"train_config": to_dict(config), "start_model": model_identity(settings.model)}
+
+
+def model_identity(spec: str) -> str:
+    """A policy spec's identity: the cached warm start's folder for ``smollm2-warm``, a digest of a
+    local folder's (or file's) names, sizes and modification times, else the spec itself."""
+    import hashlib
+
+    from wmrl.autoresearch.training.warm import WARM_SPEC, warm_start_dir
+
+    if spec == WARM_SPEC:
+        return str(warm_start_dir())
+    path = Path(spec)
+    if not path.exists():
+        return spec  # an embedded model (``smollm2``): its package's
+    files = sorted(p for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file())
+    digest = hashlib.sha256()
+    for f in files:
+        stat = f.stat()
+        digest.update(
+            f"{f.relative_to(path) if f != path else f.name}:{stat.st_size}:{stat.st_mtime_ns}\n".encode()
+        )
+    return f"{path.resolve()}#{digest.hexdigest()[:16]}"
+
+
+def _differences(saved: Any, current: Any, prefix: str = "") -> list[str]:
+    """The dotted keys whose values differ between two JSON objects."""
+    if isinstance(saved, dict) and isinstance(current, dict):
+        return [
+            d
+            for key in sorted(set(saved) | set(current))
+            for d in _differences(saved.get(key), current.get(key), f"{prefix}{key}.")
+        ]
+    return [] if saved == current else [prefix.rstrip(".")]
+
+
 def run_bench(
     settings: BenchSettings,
     out: str | Path,
@@ -323,12 +382,13 @@ def run_bench(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     saved = _load(out / "bench.json")
-    current = json.loads(json.dumps(asdict(settings)))
+    current = json.loads(json.dumps({**asdict(settings), "resolved": resolved_settings(settings)}))
     if saved is not None and saved != current and not force_settings:
-        differs = sorted(k for k in current if saved.get(k) != current[k])
+        differs = _differences(saved, current)
         raise ConfigError(
-            f"{out} holds a benchmark with other settings ({differs}); use the same ones to add runs, another "
-            "--out, or --force-settings"
+            f"{out} holds a benchmark with other settings ({', '.join(differs[:8])}"
+            f"{', ...' if len(differs) > 8 else ''}); use the same ones to add runs, another --out, or "
+            "--force-settings"
         )
     write_json_atomic(out / "bench.json", current)
     start_model = resolve_spec(settings.model, log=log, progress=progress)

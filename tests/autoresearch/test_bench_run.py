@@ -43,4 +43,22 @@ def test_a_bench_writes_every_report_and_a_rerun_reuses_them(tmp_path, tiny_auto
     # other settings in the same folder are refused (a table mixes only like with like)
     steps = argv.index("--steps") + 1
     assert main([*argv[:steps], "2", *argv[steps + 1 :]]) == 2
-    assert "other settings" in capsys.readouterr().err
+    assert "other settings (resolved.train_config.steps, steps)" in capsys.readouterr().err
+    # so are the same settings after what they resolve to changed: an embedded default of the
+    # training config (as a bench made by an older version recorded it) ...
+    bench = out / "bench.json"
+    recorded = json.loads(bench.read_text())
+    assert recorded["resolved"]["train_config"]["steps"] == 1
+    older = json.loads(json.dumps(recorded))
+    older["resolved"]["train_config"]["grpo"]["temperature"] = 1.0
+    bench.write_text(json.dumps(older))
+    assert main(argv) == 2
+    assert "resolved.train_config.grpo.temperature" in capsys.readouterr().err
+    bench.write_text(json.dumps(recorded))
+    # ... or the starting policy's files (another model saved at the same path)
+    from wmrl.autoresearch.llm.tiny import save_tiny_model
+
+    save_tiny_model(model, seed=1)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "resolved.start_model" in err and "train_config" not in err

@@ -16,7 +16,10 @@ def test_defaults_are_the_embedded_quickstart():
     # the warm-started embedded model, and a frozen copy of it as the world model
     assert c.model.path == "smollm2-warm" and c.world_model.backend.path is None
     assert c.model.device == "cpu" and c.sandbox.backend == "bwrap"
-    assert c.tasks.split == "train" and not c.tasks.ids
+    # two bundled training tasks, never a held-out one
+    from wmrl.autoresearch.tasks.suite import suite_split
+
+    assert len(c.tasks.ids) == 2 and {suite_split(t) for t in c.tasks.ids} == {"train"}
     assert c.world_model.scoring == "status_probs"  # one prefill per script
     assert 1 <= c.steps <= 10 and c.group_size >= 2 and c.episode.turns == 1
     # the anchors it prints are the anchors it realises: exactly floor-or-fraction groups per step
