@@ -324,9 +324,15 @@ def resolved_settings(settings: BenchSettings) -> dict[str, Any]:
     from wmrl.autoresearch.training.config import TrainConfig
     from wmrl.core.config import load_config, to_dict
 
-    base = [*settings.train_overrides, f"model.path={settings.model}", f"steps={settings.steps}"]
-    config = load_config(TrainConfig, None, [*base, f"mode={settings.modes[0]}", "seed=0"])
+    config = load_config(
+        TrainConfig, None, [*_run_overrides(settings), f"mode={settings.modes[0]}", "seed=0"]
+    )
     return {"train_config": to_dict(config), "start_model": model_identity(settings.model)}
+
+
+def _run_overrides(settings: BenchSettings) -> list[str]:
+    """The ``wmrl train autoresearch`` settings every run shares (each adds its mode and seed)."""
+    return [*settings.train_overrides, f"model.path={settings.model}", f"steps={settings.steps}"]
 
 
 def model_identity(spec: str) -> str:
@@ -392,7 +398,7 @@ def run_bench(
         )
     write_json_atomic(out / "bench.json", current)
     start_model = resolve_spec(settings.model, log=log, progress=progress)
-    base = [*settings.train_overrides, f"model.path={settings.model}", f"steps={settings.steps}"]
+    base = _run_overrides(settings)
     # Each run's own config is checked before anything runs (a typo fails at once).
     for mode in settings.modes:
         load_config(TrainConfig, None, [*base, f"mode={mode}", "seed=0"])

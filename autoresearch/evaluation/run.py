@@ -325,7 +325,6 @@ def evaluate_policy(
         trajectories = [
             (i, make_episode(row["prompt"], row), []) for i, row in enumerate(rows) for _ in range(samples)
         ]
-        sample_of = [k % samples for k in range(len(trajectories))]
         for turn in range(turns):
             live_at = [k for k, t in enumerate(trajectories) if not t[1].episode.done]
             live = [trajectories[k] for k in live_at]
@@ -360,7 +359,7 @@ def evaluate_policy(
                         {
                             "seed": seed,
                             "task_id": loaded_tasks[i].id,
-                            "sample": sample_of[live_at[k]],
+                            "sample": live_at[k] % samples,  # trajectories are task-major
                             "turn": turn,
                             "reply": replies[k][0].text,
                             "status": status or "unknown",
