@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PAIRS_GLOB", "AnchorPairRecorder", "read_anchor_pairs"]
+__all__ = ["PAIRS_GLOB", "AnchorPairRecorder", "read_anchor_pairs", "unique_pairs"]
 
 #: The files of one run (one per rank).
 PAIRS_GLOB = "anchor_pairs*.jsonl"
@@ -87,3 +87,21 @@ def read_anchor_pairs(runs: Sequence[str | os.PathLike]) -> list[Any]:
         for file in files:
             examples.extend(Corpus.read_examples(file))
     return examples
+
+
+def unique_pairs(examples: Sequence[Any]) -> tuple[list[Any], int]:
+    """``(kept, dropped)``: ``examples`` without repeats of the same (task, script, outcome), the first
+    of each kept in order, and how many were dropped.
+
+    Runs of one seed repeat their samples (a rerun, the bench's modes before they diverge, a longer
+    run of the same settings); a script recorded twice would count twice in the loss. The same
+    script with two different outcomes (flaky execution) is kept twice: both are what it did.
+    """
+    seen: set[tuple[str, str, str]] = set()
+    kept = []
+    for example in examples:
+        key = (example.task_id, example.code, example.completion)
+        if key not in seen:
+            seen.add(key)
+            kept.append(example)
+    return kept, len(examples) - len(kept)

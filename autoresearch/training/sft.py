@@ -309,9 +309,11 @@ def run_sft(
         policy = load_model(config.model.path, dtype=config.model.dtype, device=device)
         sft_rows(Corpus(examples=[]), tasks, config, policy.tokenizer)  # the prompts build, before executing
         if c.anchor_runs:  # a world model tuned on what runs executed: the pairs are already graded
-            corpus = _anchor_corpus(c.anchor_runs, tasks)
+            corpus, duplicates = _anchor_corpus(c.anchor_runs, tasks)
             corpus.write(corpus_file)
-            summary = corpus.summary()
+            summary = {**corpus.summary(), "duplicate_pairs_dropped": duplicates}
+            if duplicates:
+                log(f"[wmrl] {duplicates} repeated anchor pairs dropped (same task, script and outcome)")
             writer.write_json("corpus_report.json", summary)
         elif reuse:  # resumed or restarted with the same corpus settings: the same executed examples
             corpus = Corpus(examples=Corpus.read_examples(corpus_file), tasks=[t.id for _, t in tasks])
@@ -445,14 +447,15 @@ def run_sft(
 
 
 def _anchor_corpus(runs, tasks):
-    """The recorded anchor pairs of ``runs`` as a world-model corpus, refusing any pair whose task is
+    """``(corpus, dropped)``: the recorded anchor pairs of ``runs`` as a world-model corpus, each
+    (task, script, outcome) once, and how many repeats were dropped; refuses any pair whose task is
     not one of the training ``tasks`` (``(ref, Task)`` pairs; held-out tasks are refused before)."""
-    from wmrl.autoresearch.training.anchor_pairs import read_anchor_pairs
+    from wmrl.autoresearch.training.anchor_pairs import read_anchor_pairs, unique_pairs
     from wmrl.autoresearch.training.corpus import Corpus
     from wmrl.core.errors import UserError
 
     try:
-        examples = read_anchor_pairs(runs)
+        examples, duplicates = unique_pairs(read_anchor_pairs(runs))
     except FileNotFoundError as err:
         raise UserError(str(err)) from None
     known = {task.id for _, task in tasks}
@@ -467,7 +470,8 @@ def _anchor_corpus(runs, tasks):
     statuses: dict[str, int] = {}
     for example in examples:
         statuses[example.status] = statuses.get(example.status, 0) + 1
-    return Corpus(examples=examples, statuses=statuses, tasks=sorted({e.task_id for e in examples}))
+    corpus = Corpus(examples=examples, statuses=statuses, tasks=sorted({e.task_id for e in examples}))
+    return corpus, duplicates
 
 
 def _reusable_corpus(run_dir: RunDirectory, config: WarmStartConfig) -> bool:

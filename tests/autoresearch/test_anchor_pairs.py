@@ -65,6 +65,27 @@ def test_every_executed_anchor_is_recorded_with_its_real_outcome(tmp_path):
         read_anchor_pairs([tmp_path])
 
 
+def test_repeated_pairs_count_once_but_a_flaky_scripts_two_outcomes_both_count():
+    from wmrl.autoresearch.training.anchor_pairs import unique_pairs
+    from wmrl.autoresearch.training.corpus import CorpusExample
+
+    def pair(task, code, status, recipe="anchor@step1"):
+        answer = json.dumps({"status": status})
+        return CorpusExample("world_model", task, task, recipe, answer, code, status, None, 0.1)
+
+    pairs = [
+        pair("a", "x = 1", "valid"),
+        pair("a", "x = 1", "valid", recipe="anchor@step2"),  # the same script again, later
+        pair("b", "x = 1", "valid"),  # the same script on another task is another pair
+        pair("a", "x = 1", "runtime_error"),  # flaky: what it also did
+        pair("a", "y = 2", "valid"),
+    ]
+    kept, dropped = unique_pairs(pairs)
+    assert dropped == 1
+    assert kept == [pairs[0], pairs[2], pairs[3], pairs[4]]
+    assert unique_pairs([]) == ([], 0)
+
+
 @pytest.mark.trl
 @pytest.mark.peft
 def test_a_world_model_is_fine_tuned_on_a_runs_anchor_pairs(tmp_path):
@@ -84,7 +105,11 @@ def test_a_world_model_is_fine_tuned_on_a_runs_anchor_pairs(tmp_path):
             learning_rate=1e-2,
             model=ModelSection(path=str(model)),
             corpus=CorpusSection(
-                ids=ids, anchor_runs=(str(run),), overview_tokens=1500, world_model_overview_tokens=1500
+                # the run twice, as a rerun of the same seed would record it: its pairs count once
+                ids=ids,
+                anchor_runs=(str(run), str(run)),
+                overview_tokens=1500,
+                world_model_overview_tokens=1500,
             ),
             max_length=4096,
             logging=LoggingConfig(report_to=(), progress=False, plots=False),
@@ -93,6 +118,7 @@ def test_a_world_model_is_fine_tuned_on_a_runs_anchor_pairs(tmp_path):
     result = run_sft(config((ref,)), tmp_path / "wm", log=lambda *_: None)
     report = json.loads((tmp_path / "wm" / "corpus_report.json").read_text())
     assert report["world_model_examples"] == 2 and report["agent_examples"] == 0
+    assert report["duplicate_pairs_dropped"] == 2
     assert report["executions"] == 0  # nothing ran again: the pairs were already graded
     assert result.loss_last < result.loss_first
     assert (result.final_model / "config.json").is_file()
