@@ -12,10 +12,15 @@ Sections, in order:
 * ``SUBMISSION CONTRACT``: from the sample submission: exact header, row count, the id column(s)
   copied from the test file and the prediction column(s).
 * ``MODALITY``: tabular, text, image, ...
-* ``ENVIRONMENT``: the sandbox's limits and libraries (the world model reads this too).
+* ``ENVIRONMENT``: the sandbox's limits (time, memory, the GPUs of the run's slot) and libraries;
+  the agent's system prompt lists the libraries already, so its overview leaves them out
+  (``OverviewConfig.libraries``).
 
 The budget (``OverviewConfig.max_tokens``) is shared: the fixed sections are paid first, then the
-description and the inventory split the rest in proportion to what each needs, each capped.
+head of the evaluation section (the metric), then the data inventory up to all of the rest, then
+the description (its head, with the evaluation section put back) in what the inventory leaves. The
+inventory comes first because the script cannot run without the file and column names, while the
+metric and the submission format also reach it through the fixed sections.
 Building fails loudly (:class:`OverviewError`) if the description, the data or the sample
 submission is missing, rather than prompting with a hollow brief.
 """
@@ -26,7 +31,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +63,9 @@ class OverviewConfig:
         inventory_tokens: cap on the data inventory.
         example_values: example values shown per column.
         max_columns: columns described per table before the rest are only counted.
+        libraries: list the libraries in the ``ENVIRONMENT`` section. ``False`` for a reader whose
+            prompt lists them elsewhere (the agent's system prompt): the budget goes to the data
+            instead of saying them twice.
     """
 
     max_tokens: int = 1500
@@ -66,6 +74,7 @@ class OverviewConfig:
     inventory_tokens: int = 800
     example_values: int = 3
     max_columns: int = 40
+    libraries: bool = True
 
     def __post_init__(self) -> None:
         for name in (
@@ -133,6 +142,14 @@ def evaluation_section(description: str) -> tuple[int, int] | None:
             return start, offset
         offset += len(line)
     return (start, len(description)) if start is not None else None
+
+
+def _first_paragraph(section: str) -> str:
+    """A section's heading and its first paragraph of text (where a description names its metric)."""
+    paragraphs = [p for p in re.split(r"\n\s*\n", section.strip()) if p.strip()]
+    if paragraphs and _heading(paragraphs[0].splitlines()[0]) is not None and len(paragraphs) > 1:
+        return f"{paragraphs[0]}\n\n{paragraphs[1]}"
+    return paragraphs[0] if paragraphs else ""
 
 
 def _description_text(description: str, budget: int, cfg: OverviewConfig, tokens: TokenCounter) -> str:
@@ -206,6 +223,8 @@ def _read_table(path: Path):
 
 
 def _example(value: Any) -> str:
+    if isinstance(value, float) and abs(value) < 1e6:  # 0.3333333333333333: ~18 tokens, no more than 0.3333
+        return str(round(value, 4))
     text = str(value).replace("\n", " ")
     return text if len(text) <= 40 else text[:37] + "..."
 
@@ -518,7 +537,10 @@ def build_overview(
         ("TARGET COLUMNS", target_text),
         ("SUBMISSION CONTRACT", contract),
         ("MODALITY", _MODALITY_HINT.get(kind, kind)),
-        ("ENVIRONMENT", f"{env.limits_line()}.\nLibraries: {env.libraries_line()}."),
+        (
+            "ENVIRONMENT",
+            f"{env.limits_line()}." + (f"\nLibraries: {env.libraries_line()}." if cfg.libraries else ""),
+        ),
     ]
     fixed_text = "".join(f"\n\n## {title}\n{body}" for title, body in fixed)
     headers = "# TASK\n\n\n## DATA (read-only, in DATA_DIR)\n"
@@ -531,19 +553,28 @@ def build_overview(
     inventory_lines = _inventory(folder, cfg)
     inventory_need = min(counter.count("\n".join(inventory_lines)), cfg.inventory_tokens)
     description_need = min(counter.count(description.strip()), cfg.description_tokens + cfg.evaluation_tokens)
-    # Priorities: the evaluation section (metric and format) first, then the data inventory (worth
-    # more per token than background prose) up to half of what is left (more if the description
-    # needs less), then the description's head.
+    # Priorities: first the head of the evaluation section (its first sentence names the metric and
+    # its direction; the fixed sections already give the submission format), then the data
+    # inventory (file and column names: a script that guesses them fails) up to all that is left,
+    # then the rest of the description in what the inventory does not need.
+    # Deducting the whole evaluation section first, as agent-v1 did, left a 400-token agent overview
+    # no inventory line on any bundled task.
     span = evaluation_section(description.strip())
-    evaluation_need = 0
+    evaluation_head = 0
     if span is not None:
-        evaluation_need = (
-            min(counter.count(description.strip()[span[0] : span[1]]), cfg.evaluation_tokens) + 12
+        evaluation_head = min(
+            counter.count(_first_paragraph(description.strip()[span[0] : span[1]])), cfg.evaluation_tokens
         )
-    inventory_budget = max(
-        min(inventory_need, max((remaining - evaluation_need) // 2, remaining - description_need)), 1
-    )
+        evaluation_head += 24  # the two cut markers and the lines around them
+    rest = max(remaining - evaluation_head, 0)
+    inventory_budget = max(min(inventory_need, max(rest, remaining - description_need)), 1)
     description_budget = min(remaining - inventory_budget, cfg.description_tokens + cfg.evaluation_tokens)
+    # Names before examples: a schema that does not fit with its example values is shown with fewer
+    # (down to none) before whole lines are cut.
+    for examples in range(cfg.example_values - 1, -1, -1):
+        if counter.count("\n".join(inventory_lines)) <= inventory_budget:
+            break
+        inventory_lines = _inventory(folder, replace(cfg, example_values=examples))
     inventory_text = _fit_lines(inventory_lines, inventory_budget, counter)
     for _ in range(4):  # tokenizers merge across the cut points: shrink the description until it fits
         text = (

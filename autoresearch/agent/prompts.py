@@ -17,7 +17,9 @@ from wmrl.autoresearch.agent.environment import SandboxEnvironment
 
 __all__ = ["PROMPT_VERSION", "first_user_message", "next_user_message", "system_prompt"]
 
-PROMPT_VERSION = "agent-v1"
+# agent-v2: the overview leaves out the library list the system prompt already gives, and its data
+# inventory comes before the description (agent-v1 showed no data line at 400 tokens).
+PROMPT_VERSION = "agent-v2"
 
 
 def system_prompt(environment: SandboxEnvironment, turns: int = 1) -> str:

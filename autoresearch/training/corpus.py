@@ -632,9 +632,13 @@ def build_corpus(
 
 
 def corpus_key(tasks: Sequence[Task], settings: dict[str, Any]) -> str:
-    """A short hash of what a corpus depends on: the template version, the tasks' definitions and files
-    (names, sizes), and the settings. Used to key cached warm starts."""
-    h = hashlib.sha256(CORPUS_VERSION.encode())
+    """A short hash of what a corpus depends on: the template version, the agent's and the world model's
+    prompt versions, the tasks' definitions and files (names, sizes), and the settings. Used to key cached warm starts."""
+    from wmrl.autoresearch.agent.prompts import PROMPT_VERSION as AGENT_PROMPT_VERSION
+    from wmrl.autoresearch.worldmodel.prompts import PROMPT_VERSION as WM_PROMPT_VERSION
+
+    # The examples are the agent's and the world model's exact prompts: a new prompt text is a new corpus.
+    h = hashlib.sha256(f"{CORPUS_VERSION}|{AGENT_PROMPT_VERSION}|{WM_PROMPT_VERSION}".encode())
     h.update(json.dumps(settings, sort_keys=True, default=str).encode())
     for task in sorted(tasks, key=lambda t: t.id):
         h.update(f"{task.id}|{task.metric}|{task.target_columns}|{task.id_columns}".encode())

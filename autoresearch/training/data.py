@@ -108,7 +108,8 @@ def build_prompt_rows(
         gpus: GPUs each execution of the agent's script sees (``sandbox.gpus_per_slot``; 0: none).
     """
     rows = []
-    budget = OverviewConfig(max_tokens=overview_tokens)
+    # The system prompt lists the libraries: the overview's budget goes to the data.
+    budget = OverviewConfig(max_tokens=overview_tokens, libraries=False)
     for entry in tasks:
         env = SandboxEnvironment.from_task(entry.task, libraries=libraries, gpus=gpus)
         overview = overview_from_task(entry.task, environment=env, config=budget, tokens=tokens)

@@ -29,7 +29,9 @@ __all__ = [
     "number_lines",
 ]
 
-PROMPT_VERSION = "wm-v1"
+# wm-v2: the task overview gives its data inventory at least half of the budget after the fixed
+# sections (wm-v1 at 400 tokens showed no data line).
+PROMPT_VERSION = "wm-v2"
 ASSISTANT_PREFIX = '{"status": "'
 
 SYSTEM_PROMPT = """You are an execution simulator for machine-learning scripts. You never run code: you read a task and a Python script and predict what happens when the script runs in the sandbox described in the task. Reply with ONE JSON object and nothing else, with these keys in this order:

