@@ -95,16 +95,16 @@ def test_sft_imitates_a_recorded_demo_and_its_checkpoint_feeds_rl_and_eval(demo_
 
     path, demo = demo_file
     out = tmp_path / "sft"
-    assert _sft(out, path, "epochs=40") == 0
+    assert _sft(out, path, "epochs=60") == 0
     printed = capsys.readouterr().out
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 40 * 3  # 12 samples, 4 per step
+    assert len(rows) == 60 * 3  # 12 samples, 4 per step
     first, last = np.mean([r["sft/loss"] for r in rows[:3]]), np.mean([r["sft/loss"] for r in rows[-3:]])
     assert last < 0.5 * first, (first, last)
     # the demonstration was replayed in the simulator (one demo, kept although it does not succeed)
     report = json.loads((out / "demos" / "report.json").read_text())
     assert report["replayed"] and report["replays"][0]["steps"] == 12
-    ckpt = out / "checkpoints" / "checkpoint-120" / "policy"
+    ckpt = out / "checkpoints" / "checkpoint-180" / "policy"
     assert (ckpt.parent / "wmrl_stage.json").is_file() and str(ckpt) in printed
     # the checkpoint loads through policy.json and imitates the demo better than chance (1/256 per token)
     policy = load_policy(ckpt)
@@ -135,7 +135,9 @@ def test_sft_imitates_a_recorded_demo_and_its_checkpoint_feeds_rl_and_eval(demo_
 
     (acc, arm_err), (acc0, arm_err0) = imitation(policy), imitation(untrained)
     # greedy decoding (its own previous tokens, not teacher-forced) reproduces the demonstrated tokens
-    # far more often than chance (1/256 per token) and than the same network before training
+    # far more often than chance (1/256 per token) and than the same network before training. 60
+    # epochs, not 40: the greedy rollout is chaotic in float32 rounding, and after 40 the same seeded
+    # run reproduced 8 of 84 tokens (0.095) on one 2-core VM, more on another.
     assert acc > 0.1 and acc > 10 * max(acc0, 1 / 256), (acc, acc0)
     assert arm_err < 0.75 * arm_err0, (arm_err, arm_err0)  # its actions are closer to the demo
     assert rows[-1]["sft/token_accuracy"] > rows[0]["sft/token_accuracy"] + 0.2
