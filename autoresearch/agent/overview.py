@@ -269,9 +269,13 @@ def _schema_lines(frame: Any, cfg: OverviewConfig) -> list[str]:
     return lines
 
 
-def _table_entry(path: Path, rel: str, cfg: OverviewConfig, seen: dict[str, dict[str, str]]) -> list[str]:
+def _table_entry(
+    path: Path, rel: str, cfg: OverviewConfig, seen: dict[str, dict[str, str]], tables: dict[Path, Any]
+) -> list[str]:
     try:
-        frame, rows = _read_table(path)
+        if path not in tables:
+            tables[path] = _read_table(path)
+        frame, rows = tables[path]
     except Exception as err:  # a broken file is reported in the overview, not fatal
         return [
             f"- {rel} ({_size(path.stat().st_size)}): could not be read as a table ({type(err).__name__})"
@@ -329,7 +333,10 @@ def _folder_summary(rel: str, files: list[Path]) -> list[str]:
     return [line]
 
 
-def _inventory(public_dir: Path, cfg: OverviewConfig) -> list[str]:
+def _inventory(public_dir: Path, cfg: OverviewConfig, tables: dict[Path, Any] | None = None) -> list[str]:
+    """The inventory's lines. ``tables``: (frame sample, row count) per table already read, filled as
+    tables are read, so one overview renders its inventory at several detail levels reading each once."""
+    tables = {} if tables is None else tables
     lines: list[str] = []
     seen: dict[str, dict[str, str]] = {}
     for root, dirs, files in os.walk(public_dir):
@@ -344,7 +351,7 @@ def _inventory(public_dir: Path, cfg: OverviewConfig) -> list[str]:
         for path in paths:
             rel = path.relative_to(public_dir).as_posix()
             if _is_table(path) or path.suffix.lower() == ".parquet":
-                lines += _table_entry(path, rel, cfg, seen)
+                lines += _table_entry(path, rel, cfg, seen, tables)
             elif path.suffix.lower() == ".zip":
                 import zipfile
 
@@ -550,7 +557,8 @@ def build_overview(
             f"OverviewConfig.max_tokens={cfg.max_tokens} leaves {remaining} tokens for the description and data "
             "after the fixed sections; raise it"
         )
-    inventory_lines = _inventory(folder, cfg)
+    tables: dict[Path, Any] = {}
+    inventory_lines = _inventory(folder, cfg, tables)
     inventory_need = min(counter.count("\n".join(inventory_lines)), cfg.inventory_tokens)
     description_need = min(counter.count(description.strip()), cfg.description_tokens + cfg.evaluation_tokens)
     # Priorities: first the head of the evaluation section (its first sentence names the metric and
@@ -574,7 +582,7 @@ def build_overview(
     for examples in range(cfg.example_values - 1, -1, -1):
         if counter.count("\n".join(inventory_lines)) <= inventory_budget:
             break
-        inventory_lines = _inventory(folder, replace(cfg, example_values=examples))
+        inventory_lines = _inventory(folder, replace(cfg, example_values=examples), tables)
     inventory_text = _fit_lines(inventory_lines, inventory_budget, counter)
     for _ in range(4):  # tokenizers merge across the cut points: shrink the description until it fits
         text = (

@@ -29,8 +29,8 @@ __all__ = [
     "number_lines",
 ]
 
-# wm-v2: the task overview gives its data inventory at least half of the budget after the fixed
-# sections (wm-v1 at 400 tokens showed no data line).
+# wm-v2: the task overview pays its data inventory before the description (after the metric's
+# paragraph) and rounds float examples (wm-v1 at 400 tokens showed no data line).
 PROMPT_VERSION = "wm-v2"
 ASSISTANT_PREFIX = '{"status": "'
 

