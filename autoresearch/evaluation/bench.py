@@ -4,7 +4,8 @@ For every (mode, seed) it trains ``wmrl train autoresearch`` from the same start
 start by default) and evaluates the final policy on the held-out tasks with ``wmrl eval
 autoresearch``; the starting policy is evaluated too (with the same seeds). Everything is written
 under ``OUT`` and **kept**: a rerun skips what is complete and resumes what was interrupted, so the
-benchmark can run in pieces (sessions, machines) and the table always aggregates every finished run::
+benchmark can run in pieces (sessions, machines; ``--stop-after MINUTES`` ends a piece between runs)
+and the table always aggregates every finished run (``complete`` says whether any is missing)::
 
     OUT/bench.json                 the settings and what they resolve to here (every run's training config, the
                                    starting policy's identity): a rerun must match (--force-settings overrides)
@@ -86,11 +87,13 @@ class BenchSettings:
 
     modes: tuple[str, ...] = MODES
     seeds: tuple[int, ...] = (0, 1, 2)
-    steps: int = 8
+    # ~2 hours on 2 CPU cores: 9 runs of 4 steps (the quickstart's budget, ~10 min each) and 10
+    # evaluations of 2 trajectories per held-out task. A GPU user raises --steps (and --eval-samples).
+    steps: int = 4
     model: str = "smollm2-warm"
     train_overrides: tuple[str, ...] = ()
     eval_tasks: str = "eval"
-    eval_samples: int = 4
+    eval_samples: int = 2
     eval_turns: int = 1
     eval_max_new_tokens: int | None = None
     eval_overview_tokens: int | None = None
@@ -120,7 +123,9 @@ class BenchSettings:
         require(self.eval_samples >= 1 and self.eval_turns >= 1, "eval_samples and eval_turns must be >= 1")
 
 
-QUICK = {"seeds": (0, 1, 2), "steps": 2, "eval_samples": 2}
+#: ``--quick``: the plumbing and a first number in ~20 minutes on 2 CPU cores (one seed, so no SEM):
+#: 3 runs of 2 steps (~5 min each here) and 4 evaluations of one trajectory per held-out task.
+QUICK = {"seeds": (0,), "steps": 2, "eval_samples": 1}
 
 
 def _load(path: Path) -> Any:
@@ -185,6 +190,7 @@ def bench_table(out: str | Path) -> dict[str, Any]:
     out = Path(out)
     settings = _load(out / "bench.json") or {}
     modes = settings.get("modes") or list(MODES)
+    planned = [int(x) for x in settings.get("seeds") or []]
     start = _load(out / "start" / "eval_report.json")
     table: dict[str, Any] = {
         "settings": settings,
@@ -229,7 +235,15 @@ def bench_table(out: str | Path) -> dict[str, Any]:
             k: _mean([n["measured_stream_wall_s"].get(k) for n in done.values()]) for k in streams
         }
         entry["modelled_relative_cost"] = modelled_cost(entry["anchor_fraction_realised"])
+        entry["seeds_planned"] = len(planned)
         table["modes"][mode] = entry
+    # Complete: the starting policy and every planned (mode, seed) run are evaluated.
+    table["complete"] = start is not None and all(
+        (out / "runs" / f"{mode}-s{seed}" / name).is_file()
+        for mode in modes
+        for seed in planned
+        for name in ("run_summary.json", "eval_report.json")
+    )
     real_wall = table["modes"].get("real", {}).get("measured_wall_s")
     for entry in table["modes"].values():
         wall = entry.get("measured_wall_s")
@@ -242,6 +256,12 @@ def _pm(value: float | None, err: float | None, scale: float = 1.0, digits: int 
         return "–"
     text = f"{scale * value:.{digits}f}"
     return text if err is None else f"{text} ± {scale * err:.{digits}f}"
+
+
+def _seeds_cell(entry: dict[str, Any]) -> str:
+    """Finished seeds, and of how many planned when fewer are finished (a benchmark in pieces)."""
+    done, planned = len(entry["seeds"]), entry.get("seeds_planned") or 0
+    return f"{done}" if done >= planned else f"{done} of {planned}"
 
 
 def format_table(table: dict[str, Any]) -> str:
@@ -259,7 +279,7 @@ def format_table(table: dict[str, Any]) -> str:
     for mode, e in table["modes"].items():
         ratio = e.get("measured_wall_vs_real")
         lines.append(
-            f"| {mode} | {len(e['seeds'])} | {_pm(e['heldout_valid_rate'], e['heldout_valid_rate_sem'], 100)} | "
+            f"| {mode} | {_seeds_cell(e)} | {_pm(e['heldout_valid_rate'], e['heldout_valid_rate_sem'], 100)} | "
             f"{_pm(e['heldout_avg_at_k'], e['heldout_avg_at_k_sem'], 100)} | "
             f"{_pm(e['reward_start'], None, 1, 3)} → {_pm(e['reward_end'], e['reward_end_sem'], 1, 3)} | "
             f"{_pm(e['prequential_mse_raw'], None, 1, 3)} → {_pm(e['prequential_mse_calibrated'], None, 1, 3)} | "
@@ -375,8 +395,19 @@ def run_bench(
     force_settings: bool = False,
     log: Callable[[str], None] = print,
     progress: bool = True,
+    stop_after_s: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> dict[str, Any]:
-    """Run what is missing in ``out`` (see the module docstring) and return the table."""
+    """Run what is missing in ``out`` (see the module docstring) and return the table.
+
+    ``stop_after_s``: start no new piece of work (the starting policy's evaluation, or one run's
+    training and evaluation) once this many seconds (of ``clock``) have passed; what was started
+    finishes, everything finished is kept, and the same call later continues where this one stopped
+    (``table["complete"]`` says whether anything is left). ``None``: run everything.
+    """
+    if stop_after_s is not None and stop_after_s < 0:
+        raise ValueError(f"stop_after_s must be >= 0; got {stop_after_s}")
+    began = clock()
     from wmrl.autoresearch.evaluation.run import evaluate_policy
     from wmrl.autoresearch.training.config import TrainConfig
     from wmrl.autoresearch.training.run import run_training
@@ -428,10 +459,26 @@ def run_bench(
     from wmrl.autoresearch.training.data import recorded_train_tasks
 
     lineage = recorded_train_tasks(start_model) or None
-    evaluate(start_model, settings.seeds, lineage, out / "start" / "eval_report.json")
+
+    def out_of_time(what: str) -> bool:
+        if stop_after_s is None or clock() - began < stop_after_s:
+            return False
+        log(
+            f"[wmrl] bench: {stop_after_s / 60:g} min budget spent; not starting {what} "
+            "(finished runs are kept: rerun the same command to continue)"
+        )
+        return True
+
+    start_report = out / "start" / "eval_report.json"
+    if not start_report.is_file() and out_of_time("the starting policy's evaluation"):
+        return write_table(out)
+    evaluate(start_model, settings.seeds, lineage, start_report)
     for seed in settings.seeds:
         for mode in settings.modes:
             run = out / "runs" / f"{mode}-s{seed}"
+            finished = (run / "run_summary.json").is_file() and (run / "eval_report.json").is_file()
+            if not finished and out_of_time(f"run {run.name}"):
+                return write_table(out)
             if not (run / "run_summary.json").is_file():
                 config = load_config(TrainConfig, None, [*base, f"mode={mode}", f"seed={seed}"])
                 log(f"[wmrl] bench: training {run.name} ({settings.steps} steps)")
@@ -465,11 +512,18 @@ def register(root) -> None:
     sub.add_argument(
         "--quick",
         action="store_true",
-        help="2 steps, 2 samples per task (3 seeds): the plumbing and a first number",
+        help="1 seed, 2 steps, 1 sample per held-out task: the plumbing and a first number (~20 min on 2 CPU cores)",
+    )
+    sub.add_argument(
+        "--stop-after",
+        type=float,
+        default=None,
+        metavar="MINUTES",
+        help="start no new run after this many minutes (a benchmark in pieces: rerun the same command to continue)",
     )
     sub.add_argument("--seeds", type=int, default=None, help="number of seeds, 0..N-1 (default 3)")
     sub.add_argument("--modes", default=",".join(MODES), help="comma-separated modes (default: all three)")
-    sub.add_argument("--steps", type=int, default=None, help="GRPO steps per run (default 8, quick 2)")
+    sub.add_argument("--steps", type=int, default=None, help="GRPO steps per run (default 4, quick 2)")
     sub.add_argument("--model", default="smollm2-warm", help="the starting policy of every run")
     sub.add_argument("--eval-samples", type=int, default=None, help="trajectories per held-out task and seed")
     sub.add_argument("--eval-turns", type=int, default=1, help="execution turns per evaluation trajectory")
@@ -501,6 +555,7 @@ def _cli(args) -> int:
     import sys
 
     from wmrl.core.cli_runs import USER_ERRORS
+    from wmrl.core.config import ConfigError
     from wmrl.core.errors import EXIT_INTERRUPTED, Interrupted
 
     out = Path(args.out)
@@ -521,8 +576,14 @@ def _cli(args) -> int:
                 eval_max_new_tokens=args.eval_max_new_tokens,
                 eval_overview_tokens=args.eval_overview_tokens,
             )
+            if args.stop_after is not None and args.stop_after < 0:
+                raise ConfigError(f"--stop-after must be >= 0 minutes; got {args.stop_after}")
             table = run_bench(
-                settings, out, force_settings=args.force_settings, progress=not args.no_progress
+                settings,
+                out,
+                force_settings=args.force_settings,
+                progress=not args.no_progress,
+                stop_after_s=None if args.stop_after is None else 60.0 * args.stop_after,
             )
     except (Interrupted, KeyboardInterrupt) as err:
         # Finished runs and evaluations are kept; a run in progress keeps its last checkpoint.
@@ -538,4 +599,6 @@ def _cli(args) -> int:
         return 2
     print(format_table(table))
     print(f"[wmrl] table: {out / 'table.json'}, {out / 'table.md'}; plot: {out / 'reward_vs_cost.png'}")
+    if not table.get("complete"):
+        print("[wmrl] the benchmark is not complete: rerun the same command to add the missing runs")
     return 0

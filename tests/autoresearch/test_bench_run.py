@@ -62,3 +62,41 @@ def test_a_bench_writes_every_report_and_a_rerun_reuses_them(tmp_path, tiny_auto
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "resolved.start_model" in err and "train_config" not in err
+
+
+def test_a_bench_in_pieces_stops_between_runs_and_the_rerun_adds_only_the_rest(tmp_path, tiny_autoresearch):
+    from wmrl.autoresearch.evaluation.bench import BenchSettings, format_table, run_bench
+    from wmrl.autoresearch.tasks.toy import make_toy_task
+
+    model = next(a.split("=", 1)[1] for a in tiny_autoresearch if a.startswith("model.path="))
+    overrides = [a for a in tiny_autoresearch if not a.startswith("model.path=")]
+    make_toy_task(tmp_path / "held", "toy-held")
+    settings = BenchSettings(
+        modes=("real",), seeds=(0, 1), steps=1, model=model, eval_samples=1,
+        eval_tasks=str(tmp_path / "held" / "toy-held"),
+        train_overrides=(*overrides, "logging.progress=false"),
+    )  # fmt: skip
+    out = tmp_path / "bench"
+    quiet = {"log": lambda line: None, "progress": False}
+
+    # no time at all: nothing starts, and the table says the benchmark is not complete
+    table = run_bench(settings, out, stop_after_s=0.0, **quiet)
+    assert not (out / "start" / "eval_report.json").exists() and not (out / "runs").exists()
+    assert table["complete"] is False
+
+    # the budget is spent once the first run is evaluated: the second run does not start
+    first = out / "runs" / "real-s0" / "eval_report.json"
+    table = run_bench(
+        settings, out, stop_after_s=60.0, clock=lambda: 1e9 if first.is_file() else 0.0, **quiet
+    )
+    assert first.is_file() and not (out / "runs" / "real-s1").exists()
+    assert table["modes"]["real"]["seeds"] == [0] and table["complete"] is False
+    assert "| real | 1 of 2 |" in format_table(table)
+
+    stamp = {p: p.stat().st_mtime_ns for p in out.rglob("eval_report.json")}
+    table = run_bench(settings, out, **quiet)  # the same settings, no budget: only the rest runs
+    assert all(p.stat().st_mtime_ns == t for p, t in stamp.items())
+    assert table["modes"]["real"]["seeds"] == [0, 1] and table["complete"] is True
+    assert "| real | 2 |" in format_table(table)
+    with pytest.raises(ValueError, match="stop_after_s"):
+        run_bench(settings, out, stop_after_s=-1.0, **quiet)
