@@ -521,11 +521,16 @@ def register(root) -> None:
         metavar="MINUTES",
         help="start no new run after this many minutes (a benchmark in pieces: rerun the same command to continue)",
     )
-    sub.add_argument("--seeds", type=int, default=None, help="number of seeds, 0..N-1 (default 3)")
+    sub.add_argument("--seeds", type=int, default=None, help="number of seeds, 0..N-1 (default 3, quick 1)")
     sub.add_argument("--modes", default=",".join(MODES), help="comma-separated modes (default: all three)")
     sub.add_argument("--steps", type=int, default=None, help="GRPO steps per run (default 4, quick 2)")
     sub.add_argument("--model", default="smollm2-warm", help="the starting policy of every run")
-    sub.add_argument("--eval-samples", type=int, default=None, help="trajectories per held-out task and seed")
+    sub.add_argument(
+        "--eval-samples",
+        type=int,
+        default=None,
+        help="trajectories per held-out task and seed (default 2, quick 1)",
+    )
     sub.add_argument("--eval-turns", type=int, default=1, help="execution turns per evaluation trajectory")
     sub.add_argument(
         "--eval-max-new-tokens",
@@ -551,6 +556,31 @@ def register(root) -> None:
     )
 
 
+def settings_from_cli(args) -> BenchSettings:
+    """The benchmark's settings from ``wmrl bench autoresearch``'s arguments.
+
+    A number not given on the command line is ``--quick``'s (``QUICK``) or else ``BenchSettings``'
+    own default, so the CLI and the API run the same benchmark; one given is used as given (``0``
+    included, which ``BenchSettings`` then refuses rather than silently taking the default).
+    """
+    given = {
+        "seeds": None if args.seeds is None else tuple(range(args.seeds)),
+        "steps": args.steps,
+        "eval_samples": args.eval_samples,
+    }
+    chosen = {**(QUICK if args.quick else {}), **{k: v for k, v in given.items() if v is not None}}
+    return BenchSettings(
+        modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),
+        model=args.model,
+        train_overrides=tuple(args.overrides),
+        eval_tasks=args.eval_tasks,
+        eval_turns=args.eval_turns,
+        eval_max_new_tokens=args.eval_max_new_tokens,
+        eval_overview_tokens=args.eval_overview_tokens,
+        **chosen,
+    )
+
+
 def _cli(args) -> int:
     import sys
 
@@ -563,19 +593,7 @@ def _cli(args) -> int:
         if args.table_only:
             table = write_table(out)
         else:
-            quick = QUICK if args.quick else {}
-            settings = BenchSettings(
-                modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),
-                seeds=tuple(range(args.seeds)) if args.seeds else quick.get("seeds", (0, 1, 2)),
-                steps=args.steps or quick.get("steps", 8),
-                model=args.model,
-                train_overrides=tuple(args.overrides),
-                eval_tasks=args.eval_tasks,
-                eval_samples=args.eval_samples or quick.get("eval_samples", 4),
-                eval_turns=args.eval_turns,
-                eval_max_new_tokens=args.eval_max_new_tokens,
-                eval_overview_tokens=args.eval_overview_tokens,
-            )
+            settings = settings_from_cli(args)
             if args.stop_after is not None and args.stop_after < 0:
                 raise ConfigError(f"--stop-after must be >= 0 minutes; got {args.stop_after}")
             table = run_bench(
