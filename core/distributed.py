@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-__all__ = ["Processes", "leave_launched_process", "shard"]
+__all__ = ["Processes", "close_process_group", "leave_launched_process", "shard"]
 
 
 def leave_launched_process(code: int = 0) -> NoReturn:
@@ -156,8 +156,20 @@ class Processes:
         its connections while a peer may still be completing the last collective with it (gloo's
         connection threads otherwise see a peer vanish mid-operation)."""
         if self.distributed:
-            import torch.distributed as dist
+            close_process_group(barrier=True)
 
-            if dist.is_initialized():
-                dist.barrier()
-                dist.destroy_process_group()
+
+def close_process_group(*, barrier: bool = False) -> None:
+    """Leave the open ``torch.distributed`` process group, whoever started it (:meth:`Processes.from_env`,
+    or a library's launcher such as Accelerate under TRL); nothing if none is open.
+
+    ``barrier``: wait for every rank first (a clean end, see :meth:`Processes.close`). Leave it off
+    where this runs in a ``finally`` after an error: a rank that failed would wait forever for peers
+    that are not coming. Leaving the group open instead can abort the interpreter at exit.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        if barrier:
+            dist.barrier()
+        dist.destroy_process_group()

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "end_process_group",
     "register_eval",
     "register_fidelity",
     "register_train",
@@ -52,14 +51,6 @@ def register_train(root) -> None:
         default_out="runs/autoresearch-sft-{time}",
         stage=True,  # supervised: checkpoints complete with wmrl_stage.json, not a correction's state
     )
-
-
-def end_process_group() -> None:
-    """Close the process group of a multi-process launch (leaving it open can abort at exit)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
 
 
 # ---------------------------------------------------------------------------------------- eval

@@ -588,13 +588,12 @@ def run_training(
 
 def run_from_cli(config: TrainConfig, run_dir: RunDirectory, *, progress: bool) -> list[str]:
     """``wmrl train autoresearch``: train, then the lines to print (see :mod:`wmrl.core.cli_runs`)."""
-    from wmrl.autoresearch.training.commands import end_process_group
-    from wmrl.core.distributed import leave_launched_process
+    from wmrl.core.distributed import close_process_group, leave_launched_process
 
     try:
         result = run_training(config, run_dir, progress=progress)
     finally:
-        end_process_group()
+        close_process_group()  # no barrier: this also runs after a rank failed
     if not result.main:
         leave_launched_process(0)  # under torchrun / accelerate launch the main process reports the run
     est = result.cost_report.get("real_mode_estimate", {})
