@@ -591,6 +591,8 @@ def _cli(args) -> int:
     out = Path(args.out)
     try:
         if args.table_only:
+            if not (out / "bench.json").is_file():
+                raise ConfigError(f"{out} holds no benchmark (no bench.json): nothing to tabulate")
             table = write_table(out)
         else:
             settings = settings_from_cli(args)

@@ -100,3 +100,11 @@ def test_a_bench_in_pieces_stops_between_runs_and_the_rerun_adds_only_the_rest(t
     assert "| real | 2 |" in format_table(table)
     with pytest.raises(ValueError, match="stop_after_s"):
         run_bench(settings, out, stop_after_s=-1.0, **quiet)
+
+
+def test_table_only_on_a_folder_without_a_benchmark_is_a_clear_error(tmp_path, capsys):
+    from wmrl.core.cli import main
+
+    assert main(["bench", "autoresearch", "--out", str(tmp_path / "nothing"), "--table-only"]) == 2
+    assert "holds no benchmark (no bench.json)" in capsys.readouterr().err
+    assert not (tmp_path / "nothing").exists()  # nothing written where there was nothing
