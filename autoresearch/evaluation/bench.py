@@ -489,10 +489,16 @@ def run_bench(
 
 
 def write_table(out: str | Path) -> dict[str, Any]:
-    """Compute the table from the files in ``out`` and write ``table.json``, ``table.md`` and the plot."""
+    """Compute the table from the files in ``out`` and write ``table.json``, ``table.md`` and the plot.
+
+    Raises ``ConfigError`` when ``out`` holds no benchmark (no ``bench.json``): nothing is written there.
+    """
+    from wmrl.core.config import ConfigError
     from wmrl.core.runlog import write_json_atomic
 
     out = Path(out)
+    if not (out / "bench.json").is_file():
+        raise ConfigError(f"{out} holds no benchmark (no bench.json): nothing to tabulate")
     table = bench_table(out)
     write_json_atomic(out / "table.json", table)
     (out / "table.md").write_text(format_table(table) + "\n")
@@ -591,8 +597,6 @@ def _cli(args) -> int:
     out = Path(args.out)
     try:
         if args.table_only:
-            if not (out / "bench.json").is_file():
-                raise ConfigError(f"{out} holds no benchmark (no bench.json): nothing to tabulate")
             table = write_table(out)
         else:
             settings = settings_from_cli(args)
