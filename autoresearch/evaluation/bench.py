@@ -11,6 +11,8 @@ and the table always aggregates every finished run (``complete`` says whether an
                                    starting policy's identity): a rerun must match (--force-settings overrides)
     OUT/start/eval_report.json     the starting policy on the held-out tasks
     OUT/runs/<mode>-s<seed>/       a `wmrl train autoresearch` run directory (+ eval_report.json)
+    OUT/wm-tuned/s<seed>/          with --wm-tuned-on: that seed's world model, tuned on another
+                                   benchmark's anchor pairs of the OTHER seeds (:mod:`.bench_wm_tuning`)
     OUT/table.json, OUT/table.md   the table, computed only from the files above (:func:`bench_table`)
     OUT/reward_vs_cost.png         training reward against measured cumulative wall seconds, per mode
 
@@ -32,6 +34,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from wmrl.autoresearch.evaluation.bench_wm_tuning import DEFAULT_TUNING
 
 __all__ = [
     "PAPER_COST",
@@ -83,6 +87,11 @@ class BenchSettings:
         eval_overview_tokens: overview budget of the evaluation prompt (``None``: the training runs'
             ``tasks.overview_tokens``).
         eval_time_limit_s: seconds per execution in evaluation.
+        wm_tuned_on: a finished benchmark folder: each seed's runs judge with the world model tuned on
+            the anchor pairs that folder's runs recorded at the other seeds (leave one seed out;
+            :mod:`.bench_wm_tuning`). ``None``: the runs' own ``world_model`` setting.
+        wm_tuning: ``key=value`` settings of that tuning stage (``wmrl train autoresearch-sft``'s);
+            refused without ``wm_tuned_on``.
     """
 
     modes: tuple[str, ...] = MODES
@@ -98,6 +107,8 @@ class BenchSettings:
     eval_max_new_tokens: int | None = None
     eval_overview_tokens: int | None = None
     eval_time_limit_s: float = 60.0
+    wm_tuned_on: str | None = None
+    wm_tuning: tuple[str, ...] = DEFAULT_TUNING
 
     def __post_init__(self) -> None:
         from wmrl.autoresearch.training.config import TrainConfig
@@ -121,6 +132,28 @@ class BenchSettings:
         )
         require(self.steps >= 1, f"steps must be >= 1; got {self.steps}")
         require(self.eval_samples >= 1 and self.eval_turns >= 1, "eval_samples and eval_turns must be >= 1")
+        require(
+            self.wm_tuned_on is None
+            or (isinstance(self.wm_tuned_on, str) and self.wm_tuned_on.strip() != ""),
+            f"wm_tuned_on must be a benchmark folder or None; got {self.wm_tuned_on!r}",
+        )
+        require(
+            self.wm_tuned_on is not None or tuple(self.wm_tuning) == DEFAULT_TUNING,
+            f"wm_tuning {list(self.wm_tuning)} is the tuned world model's; it needs wm_tuned_on (--wm-tuned-on)",
+        )
+        if self.wm_tuned_on is not None:  # the stage's own settings are checked now, not after hours
+            from wmrl.autoresearch.evaluation.bench_wm_tuning import tuning_config
+
+            tuning_config(trained, "smollm2", [], self.wm_tuning)
+
+    def stored(self) -> dict[str, Any]:
+        """The settings as ``bench.json`` holds them (the tuning keys only when used, so benchmarks
+        recorded before they existed still match)."""
+        data = asdict(self)
+        if self.wm_tuned_on is None:
+            data.pop("wm_tuned_on")
+            data.pop("wm_tuning")
+        return data
 
 
 #: ``--quick``: the plumbing and a first number in ~20 minutes on 2 CPU cores (one seed, so no SEM):
@@ -408,6 +441,7 @@ def run_bench(
     if stop_after_s is not None and stop_after_s < 0:
         raise ValueError(f"stop_after_s must be >= 0; got {stop_after_s}")
     began = clock()
+    from wmrl.autoresearch.evaluation.bench_wm_tuning import source_identity
     from wmrl.autoresearch.evaluation.run import evaluate_policy
     from wmrl.autoresearch.training.config import TrainConfig
     from wmrl.autoresearch.training.run import run_training
@@ -419,7 +453,11 @@ def run_bench(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     saved = _load(out / "bench.json")
-    current = json.loads(json.dumps({**asdict(settings), "resolved": resolved_settings(settings)}))
+    resolved = resolved_settings(settings)
+    tuning_sources = _tuning_sources(settings, out)
+    if tuning_sources is not None:
+        resolved["wm_tuning_sources"] = {str(s): source_identity(r) for s, r in tuning_sources.items()}
+    current = json.loads(json.dumps({**settings.stored(), "resolved": resolved}))
     if saved is not None and saved != current and not force_settings:
         differs = _differences(saved, current)
         raise ConfigError(
@@ -473,6 +511,13 @@ def run_bench(
     if not start_report.is_file() and out_of_time("the starting policy's evaluation"):
         return write_table(out)
     evaluate(start_model, settings.seeds, lineage, start_report)
+    # Every seed's world model is tuned before any run trains (a tuning is the same for every mode).
+    world_models: dict[int, list[str]] = {}
+    for seed, runs in (tuning_sources or {}).items():
+        final = _tuned_world_model(settings, out, seed, runs, start_model, log, progress, out_of_time)
+        if final is None:
+            return write_table(out)
+        world_models[seed] = [f"world_model.backend.path={final}"]
     for seed in settings.seeds:
         for mode in settings.modes:
             run = out / "runs" / f"{mode}-s{seed}"
@@ -480,12 +525,59 @@ def run_bench(
             if not finished and out_of_time(f"run {run.name}"):
                 return write_table(out)
             if not (run / "run_summary.json").is_file():
-                config = load_config(TrainConfig, None, [*base, f"mode={mode}", f"seed={seed}"])
+                config = load_config(
+                    TrainConfig, None, [*base, *world_models.get(seed, []), f"mode={mode}", f"seed={seed}"]
+                )
                 log(f"[wmrl] bench: training {run.name} ({settings.steps} steps)")
                 run_dir = RunDirectory(run, resume=run.exists(), command="wmrl bench autoresearch")
                 run_training(config, run_dir, log=log, progress=progress)
             evaluate(str(run / "final"), [seed], None, run / "eval_report.json")
     return write_table(out)
+
+
+def _tuning_sources(settings: BenchSettings, out: Path) -> dict[int, list[Path]] | None:
+    """Per seed, the source runs of its tuned world model (``None`` without ``wm_tuned_on``)."""
+    from wmrl.autoresearch.evaluation.bench_wm_tuning import source_runs
+    from wmrl.core.config import ConfigError
+
+    if settings.wm_tuned_on is None:
+        return None
+    source = Path(settings.wm_tuned_on)
+    if source.resolve() == out.resolve():
+        raise ConfigError(
+            f"--wm-tuned-on {source} is the benchmark folder itself: tune on another benchmark's runs "
+            "(pairs of runs this benchmark is still adding would make the tuning depend on their order)"
+        )
+    return {seed: source_runs(source, seed) for seed in settings.seeds}
+
+
+def _tuned_world_model(settings, out, seed, runs, start_model, log, progress, out_of_time) -> Path | None:
+    """Seed ``seed``'s tuned world model (tuned now unless finished before); ``None``: out of time."""
+    from wmrl.autoresearch.evaluation.bench_wm_tuning import tuned_dir, tuning_config
+    from wmrl.autoresearch.training.config import TrainConfig
+    from wmrl.autoresearch.training.sft import run_sft
+    from wmrl.autoresearch.training.warm import resolve_spec
+    from wmrl.core.config import load_config
+
+    dest = tuned_dir(out, seed)
+    final = dest / "final"
+    if (dest / "run_summary.json").is_file():
+        return final
+    if out_of_time(f"the world model tuning of seed {seed}"):
+        return None
+    train = load_config(
+        TrainConfig, None, [*_run_overrides(settings), f"mode={settings.modes[0]}", f"seed={seed}"]
+    )
+    # The world model the runs would use untuned: their own setting, else the starting policy.
+    path = train.world_model.backend.path
+    base = start_model if path is None else resolve_spec(path, log=log, progress=progress)
+    config = tuning_config(train, base, runs, settings.wm_tuning)
+    log(
+        f"[wmrl] bench: tuning seed {seed}'s world model on {', '.join(r.name for r in runs)} of {settings.wm_tuned_on}"
+    )
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    run_sft(config, dest, resume=dest.exists(), log=log, progress=progress)
+    return final
 
 
 def write_table(out: str | Path) -> dict[str, Any]:
@@ -553,6 +645,20 @@ def register(root) -> None:
     sub.add_argument(
         "--eval-tasks", default="eval", help="held-out tasks (default: the bundled held-out split)"
     )
+    sub.add_argument(
+        "--wm-tuned-on",
+        default=None,
+        metavar="BENCH_DIR",
+        help="judge each seed's runs with the world model tuned on the anchor pairs BENCH_DIR's runs "
+        "recorded at the other seeds (leave one seed out; kept in OUT/wm-tuned/)",
+    )
+    sub.add_argument(
+        "--wm-tuning",
+        action="append",
+        default=None,
+        metavar="KEY=VALUE",
+        help=f"a setting of that tuning stage (wmrl train autoresearch-sft's; repeatable; default {' '.join(DEFAULT_TUNING)})",
+    )
     sub.add_argument("--out", default="runs/bench-autoresearch", help="benchmark folder (reruns add to it)")
     sub.add_argument("--table-only", action="store_true", help="only recompute the table from the saved runs")
     sub.add_argument("--force-settings", action="store_true", help="add runs although bench.json differs")
@@ -583,6 +689,8 @@ def settings_from_cli(args) -> BenchSettings:
         eval_turns=args.eval_turns,
         eval_max_new_tokens=args.eval_max_new_tokens,
         eval_overview_tokens=args.eval_overview_tokens,
+        wm_tuned_on=args.wm_tuned_on,
+        wm_tuning=DEFAULT_TUNING if args.wm_tuning is None else tuple(args.wm_tuning),
         **chosen,
     )
 

@@ -1,0 +1,123 @@
+"""The benchmark's tuned world model: per seed, the world model fine-tuned on anchor pairs that
+another benchmark's runs recorded at the OTHER seeds (``wmrl bench autoresearch --wm-tuned-on DIR``).
+
+Why leave one seed out: runs of one seed from one warm start sample the same first scripts, so a
+world model tuned on a seed's own pairs would have seen (with their real outcomes) the very scripts
+it is then asked to judge in that seed's first step. Leaving the seed out keeps every prediction
+honest, at the price of one tuning per seed. The pairs are training-task executions only (anchor
+pairs of training runs); the held-out tasks never enter them (the tuning stage refuses foreign tasks).
+
+The tuning is ``wmrl train autoresearch-sft`` with ``corpus.anchor_runs`` (:mod:`~wmrl.autoresearch.
+training.sft`): LoRA on the world model the runs would otherwise use (``world_model.backend.path``,
+or the starting policy when that is ``null``), with the world-model prompt settings of the runs, so
+that it learns the exact prompt it is then asked. Each seed's tuning is kept in
+``OUT/wm-tuned/s<seed>/`` (a warm-start run directory; ``final/`` is the world model).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DEFAULT_TUNING", "source_identity", "source_runs", "tuned_dir", "tuning_config"]
+
+#: One pass over the pairs (about 10 s a pair on 2 CPU cores for SmolLM2-135M): the warm start's
+#: three passes were sized for 60 agent examples, and a world model tuned longer on a few dozen
+#: pairs learns their base rates (docs/benchmarks.md, the ``wm-fidelity`` section).
+DEFAULT_TUNING: tuple[str, ...] = ("epochs=1",)
+
+
+def _seed_of(run: Path) -> int | None:
+    config = run / "config.json"
+    if not config.is_file():
+        return None
+    seed = json.loads(config.read_text()).get("seed")
+    return seed if isinstance(seed, int) else None
+
+
+def source_runs(source: str | Path, seed: int) -> list[Path]:
+    """The runs of the benchmark folder ``source`` whose anchor pairs tune seed ``seed``'s world model:
+    every run (``runs/*``) that recorded anchor pairs (``anchor_pairs*.jsonl``) at another seed
+    (read from its ``config.json``), sorted by name.
+
+    Raises:
+        ConfigError: ``source`` holds no benchmark, or no run of another seed recorded pairs.
+    """
+    from wmrl.core.config import ConfigError
+
+    source = Path(source)
+    if not (source / "bench.json").is_file():
+        raise ConfigError(f"--wm-tuned-on {source}: no benchmark there (no bench.json)")
+    runs = sorted(p for p in (source / "runs").glob("*") if p.is_dir()) if (source / "runs").is_dir() else []
+    chosen = [
+        run
+        for run in runs
+        if any(run.glob("anchor_pairs*.jsonl")) and (s := _seed_of(run)) is not None and s != seed
+    ]
+    if not chosen:
+        raise ConfigError(
+            f"--wm-tuned-on {source}: no run at a seed other than {seed} recorded anchor pairs "
+            "(runs of mode real or wmrl do; the tuning leaves the run's own seed out)"
+        )
+    return chosen
+
+
+def source_identity(runs: Sequence[Path]) -> list[str]:
+    """``name#digest`` of each run's anchor pairs (their bytes): a benchmark continued after its
+    source pairs changed is refused like one whose settings changed."""
+    identity = []
+    for run in runs:
+        digest = hashlib.sha256()
+        for path in sorted(run.glob("anchor_pairs*.jsonl")):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+        identity.append(f"{run.name}#{digest.hexdigest()[:16]}")
+    return identity
+
+
+def tuned_dir(out: str | Path, seed: int) -> Path:
+    """Where seed ``seed``'s tuning lives in the benchmark folder ``out``."""
+    return Path(out) / "wm-tuned" / f"s{seed}"
+
+
+def tuning_config(train_config: Any, base_model: str, runs: Sequence[Path], overrides: Sequence[str] = ()):
+    """The ``WarmStartConfig`` that tunes ``base_model`` (a resolved model path) on ``runs``' pairs.
+
+    Args:
+        train_config: the benchmark runs' ``TrainConfig``: its training tasks, world-model prompt
+            settings (overview budget, script budget, worked example) and model dtype/device are the
+            tuning's, so the tuned model learns the exact prompt the runs then ask it.
+        base_model: the world model being tuned.
+        runs: run directories with anchor pairs (:func:`source_runs`).
+        overrides: further ``key=value`` settings of the stage (``epochs=2``, ``learning_rate=...``).
+
+    Raises:
+        ConfigError: a setting the tuning cannot honour (tasks from an MLE-Dojo root or a data folder:
+            the stage resolves bundled or folder tasks only), or a bad override.
+    """
+    from wmrl.autoresearch.training.sft import WarmStartConfig
+    from wmrl.core.config import ConfigError, load_config
+
+    tasks, wm = train_config.tasks, train_config.world_model
+    if tasks.mledojo_root is not None or tasks.data_dir is not None:
+        raise ConfigError(
+            "--wm-tuned-on: tasks.mledojo_root / tasks.data_dir are not supported by the tuning stage "
+            "(it resolves bundled or folder tasks); tune with wmrl train autoresearch-sft and pass "
+            "world_model.backend.path instead"
+        )
+    data = {
+        "model": {"path": base_model, "dtype": train_config.model.dtype, "device": train_config.model.device},
+        "corpus": {
+            "ids": list(tasks.ids),
+            "limit": tasks.limit,
+            "anchor_runs": [str(r) for r in runs],
+            "overview_tokens": tasks.overview_tokens,
+            "world_model_overview_tokens": wm.overview_tokens,
+            "world_model_code_max_chars": wm.code_max_chars,
+            "world_model_worked_example": wm.worked_example,
+        },
+        "seed": train_config.seed,
+    }
+    return load_config(WarmStartConfig, data, list(overrides))
