@@ -142,6 +142,12 @@ class BenchSettings:
             f"wm_tuning {list(self.wm_tuning)} is the tuned world model's; it needs wm_tuned_on (--wm-tuned-on)",
         )
         if self.wm_tuned_on is not None:  # the stage's own settings are checked now, not after hours
+            from wmrl.core.modes import Mode
+
+            require(
+                any(Mode(m).needs_world_model for m in self.modes),
+                f"wm_tuned_on tunes a world model, and none of the modes {list(self.modes)} uses one",
+            )
             from wmrl.autoresearch.evaluation.bench_wm_tuning import tuning_config
 
             tuning_config(trained, "smollm2", [], self.wm_tuning)
@@ -680,6 +686,10 @@ def settings_from_cli(args) -> BenchSettings:
         "steps": args.steps,
         "eval_samples": args.eval_samples,
     }
+    if args.wm_tuning is not None and args.wm_tuned_on is None:
+        from wmrl.core.config import ConfigError
+
+        raise ConfigError(f"--wm-tuning {args.wm_tuning} needs --wm-tuned-on (the tuned world model's stage)")
     chosen = {**(QUICK if args.quick else {}), **{k: v for k, v in given.items() if v is not None}}
     return BenchSettings(
         modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),

@@ -29,6 +29,10 @@ __all__ = ["DEFAULT_TUNING", "source_identity", "source_runs", "tuned_dir", "tun
 #: pairs learns their base rates (docs/benchmarks.md, the ``wm-fidelity`` section).
 DEFAULT_TUNING: tuple[str, ...] = ("epochs=1",)
 
+#: The tuning's settings the bench derives itself (``--wm-tuning`` may not change them: the corpus
+#: override could bring a seed's own pairs back).
+_SET_BY_THE_BENCH = ("model", "corpus", "seed")
+
 
 def _seed_of(run: Path) -> int | None:
     config = run / "config.json"
@@ -101,6 +105,17 @@ def tuning_config(train_config: Any, base_model: str, runs: Sequence[Path], over
     from wmrl.core.config import ConfigError, load_config
 
     tasks, wm = train_config.tasks, train_config.world_model
+    if wm.backend.kind == "openai":
+        raise ConfigError(
+            "--wm-tuned-on: world_model.backend.kind=openai judges with the servers' model, not a tuned "
+            "folder; use kind transformers or vllm"
+        )
+    fixed = [o for o in overrides if o.split("=", 1)[0].strip().split(".")[0] in _SET_BY_THE_BENCH]
+    if fixed:
+        raise ConfigError(
+            f"--wm-tuning {fixed}: the bench sets the tuning's {', '.join(_SET_BY_THE_BENCH)} itself "
+            "(the model, the leave-one-seed-out pairs, the runs' prompt settings and seed)"
+        )
     if tasks.mledojo_root is not None or tasks.data_dir is not None:
         raise ConfigError(
             "--wm-tuned-on: tasks.mledojo_root / tasks.data_dir are not supported by the tuning stage "
@@ -120,4 +135,5 @@ def tuning_config(train_config: Any, base_model: str, runs: Sequence[Path], over
         },
         "seed": train_config.seed,
     }
-    return load_config(WarmStartConfig, data, list(overrides))
+    # the defaults first, so that another --wm-tuning setting keeps one epoch
+    return load_config(WarmStartConfig, data, [*DEFAULT_TUNING, *overrides])

@@ -119,6 +119,19 @@ def test_the_tuning_learns_the_runs_own_world_model_prompt():
     assert tuning_config(train, "m", [], ["learning_rate=1e-4", "epochs=2"]).learning_rate == 1e-4
     with pytest.raises(ConfigError, match="epochs"):
         tuning_config(train, "m", [], ["epochs=0"])
+    # another setting keeps the default one epoch
+    assert tuning_config(train, "m", [], ["max_length=4096"]).epochs == 1
+    # what the bench derives itself cannot be overridden (the corpus could bring a seed's pairs back)
+    for key in ("corpus.anchor_runs=[/a/real-s2]", "model.path=/other", "seed=0"):
+        with pytest.raises(ConfigError, match="sets the tuning"):
+            tuning_config(train, "m", [], [key])
+    openai = load_config(
+        TrainConfig,
+        None,
+        ["world_model.backend.kind=openai", "world_model.backend.endpoints=[http://h:8000/v1]"],
+    )
+    with pytest.raises(ConfigError, match="kind=openai"):
+        tuning_config(openai, "m", [])
     with pytest.raises(ConfigError, match="mledojo_root"):
         tuning_config(load_config(TrainConfig, None, ["tasks.mledojo_root=/data"]), "m", [])
 
@@ -140,6 +153,8 @@ def test_bench_settings_refuse_a_tuning_that_would_not_be_used_and_keep_old_benc
         BenchSettings(wm_tuned_on="/src", wm_tuning=("epochs=0",))
     with pytest.raises(ConfigError, match="wm_tuned_on"):
         BenchSettings(wm_tuned_on="  ")
+    with pytest.raises(ConfigError, match="none of the modes"):  # real never loads a world model
+        BenchSettings(modes=("real",), wm_tuned_on="/src")
 
 
 @pytest.mark.trl
@@ -182,14 +197,22 @@ def test_a_bench_judges_each_seed_with_its_own_leave_one_out_world_model(tmp_pat
     assert set(bench["resolved"]["wm_tuning_sources"]) == {"0", "1"}
     assert bench["resolved"]["wm_tuning_sources"]["0"][0].startswith("real-s1#")
 
-    stamp = {p: p.stat().st_mtime_ns for p in out.rglob("run_summary.json")}
+    stamp = {
+        p: p.stat().st_mtime_ns for p in [*out.rglob("run_summary.json"), *out.rglob("eval_report.json")]
+    }
     assert main(argv) == 0  # finished: nothing is tuned, trained or evaluated again
-    assert {p: p.stat().st_mtime_ns for p in out.rglob("run_summary.json")} == stamp
+    assert {p: p.stat().st_mtime_ns for p in stamp} == stamp
     # the source's pairs changed: the same command is refused instead of mixing unlike world models
     with (source / "runs" / "real-s1" / "anchor_pairs.jsonl").open("a") as f:
         f.write((source / "runs" / "real-s0" / "anchor_pairs.jsonl").read_text().splitlines()[0] + "\n")
     assert main(argv) == 2
     assert "resolved.wm_tuning_sources" in capsys.readouterr().err
+    # a tuning setting without a tuned world model is refused, not ignored
+    assert (
+        main(["bench", "autoresearch", "--out", str(tmp_path / "x"), "--wm-tuning", "epochs=1", *settings])
+        == 2
+    )
+    assert "needs --wm-tuned-on" in capsys.readouterr().err
     # tuning on the benchmark folder itself is refused
     itself = [
         "bench",
@@ -197,7 +220,7 @@ def test_a_bench_judges_each_seed_with_its_own_leave_one_out_world_model(tmp_pat
         "--out",
         str(source),
         "--modes",
-        "real",
+        "wmrl",
         *common,
         "--wm-tuned-on",
         str(source),
