@@ -439,8 +439,8 @@ def run_bench(
 ) -> dict[str, Any]:
     """Run what is missing in ``out`` (see the module docstring) and return the table.
 
-    ``stop_after_s``: start no new piece of work (the starting policy's evaluation, or one run's
-    training and evaluation) once this many seconds (of ``clock``) have passed; what was started
+    ``stop_after_s``: start no new piece of work (the starting policy's evaluation, one seed's
+    world-model tuning, or one run's training and evaluation) once this many seconds (of ``clock``) have passed; what was started
     finishes, everything finished is kept, and the same call later continues where this one stopped
     (``table["complete"]`` says whether anything is left). ``None``: run everything.
     """

@@ -3,8 +3,9 @@ another benchmark's runs recorded at the OTHER seeds (``wmrl bench autoresearch 
 
 Why leave one seed out: runs of one seed from one warm start sample the same first scripts, so a
 world model tuned on a seed's own pairs would have seen (with their real outcomes) the very scripts
-it is then asked to judge in that seed's first step. Leaving the seed out keeps every prediction
-honest, at the price of one tuning per seed. The pairs are training-task executions only (anchor
+it is then asked to judge in that seed's first step. Leaving the seed out removes that overlap, at
+the price of one tuning per seed (a script another seed also sampled can still be among the pairs:
+the policy is the same). The pairs are training-task executions only (anchor
 pairs of training runs); the held-out tasks never enter them (the tuning stage refuses foreign tasks).
 
 The tuning is ``wmrl train autoresearch-sft`` with ``corpus.anchor_runs`` (:mod:`~wmrl.autoresearch.
@@ -21,6 +22,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from wmrl.autoresearch.training.anchor_pairs import PAIRS_GLOB
 
 __all__ = ["DEFAULT_TUNING", "source_identity", "source_runs", "tuned_dir", "tuning_config"]
 
@@ -57,9 +60,7 @@ def source_runs(source: str | Path, seed: int) -> list[Path]:
         raise ConfigError(f"--wm-tuned-on {source}: no benchmark there (no bench.json)")
     runs = sorted(p for p in (source / "runs").glob("*") if p.is_dir()) if (source / "runs").is_dir() else []
     chosen = [
-        run
-        for run in runs
-        if any(run.glob("anchor_pairs*.jsonl")) and (s := _seed_of(run)) is not None and s != seed
+        run for run in runs if any(run.glob(PAIRS_GLOB)) and (s := _seed_of(run)) is not None and s != seed
     ]
     if not chosen:
         raise ConfigError(
@@ -75,7 +76,7 @@ def source_identity(runs: Sequence[Path]) -> list[str]:
     identity = []
     for run in runs:
         digest = hashlib.sha256()
-        for path in sorted(run.glob("anchor_pairs*.jsonl")):
+        for path in sorted(run.glob(PAIRS_GLOB)):
             digest.update(path.name.encode() + b"\0" + path.read_bytes())
         identity.append(f"{run.name}#{digest.hexdigest()[:16]}")
     return identity
