@@ -464,6 +464,9 @@ def run_bench(
     if tuning_sources is not None:
         resolved["wm_tuning_sources"] = {str(s): source_identity(r) for s, r in tuning_sources.items()}
     current = json.loads(json.dumps({**settings.stored(), "resolved": resolved}))
+    if saved is not None and _same_source(saved, current):
+        # The source is its pairs (pinned by digest in resolved), not how its path was typed.
+        current["wm_tuned_on"] = saved["wm_tuned_on"]
     if saved is not None and saved != current and not force_settings:
         differs = _differences(saved, current)
         raise ConfigError(
@@ -541,6 +544,15 @@ def run_bench(
     return write_table(out)
 
 
+def _same_source(saved: dict[str, Any], current: dict[str, Any]) -> bool:
+    """Whether two benchmarks' ``wm_tuned_on`` name the same source: the same runs with the same
+    pairs (``resolved.wm_tuning_sources``), whatever path (relative, absolute) each was given as."""
+    if "wm_tuned_on" not in saved or "wm_tuned_on" not in current:
+        return False
+    pins = [d.get("resolved", {}).get("wm_tuning_sources") for d in (saved, current)]
+    return pins[0] is not None and pins[0] == pins[1]
+
+
 def _tuning_sources(settings: BenchSettings, out: Path) -> dict[int, list[Path]] | None:
     """Per seed, the source runs of its tuned world model (``None`` without ``wm_tuned_on``)."""
     from wmrl.autoresearch.evaluation.bench_wm_tuning import source_runs
@@ -559,18 +571,13 @@ def _tuning_sources(settings: BenchSettings, out: Path) -> dict[int, list[Path]]
 
 def _tuned_world_model(settings, out, seed, runs, start_model, log, progress, out_of_time) -> Path | None:
     """Seed ``seed``'s tuned world model (tuned now unless finished before); ``None``: out of time."""
-    from wmrl.autoresearch.evaluation.bench_wm_tuning import tuned_dir, tuning_config
+    from wmrl.autoresearch.evaluation.bench_wm_tuning import finished_tuning, tuned_dir, tuning_config
     from wmrl.autoresearch.training.config import TrainConfig
     from wmrl.autoresearch.training.sft import run_sft
     from wmrl.autoresearch.training.warm import resolve_spec
     from wmrl.core.config import load_config
 
     dest = tuned_dir(out, seed)
-    final = dest / "final"
-    if (dest / "run_summary.json").is_file():
-        return final
-    if out_of_time(f"the world model tuning of seed {seed}"):
-        return None
     train = load_config(
         TrainConfig, None, [*_run_overrides(settings), f"mode={settings.modes[0]}", f"seed={seed}"]
     )
@@ -578,12 +585,17 @@ def _tuned_world_model(settings, out, seed, runs, start_model, log, progress, ou
     path = train.world_model.backend.path
     base = start_model if path is None else resolve_spec(path, log=log, progress=progress)
     config = tuning_config(train, base, runs, settings.wm_tuning)
+    final = finished_tuning(dest, config)
+    if final is not None:
+        return final
+    if out_of_time(f"the world model tuning of seed {seed}"):
+        return None
     log(
         f"[wmrl] bench: tuning seed {seed}'s world model on {', '.join(r.name for r in runs)} of {settings.wm_tuned_on}"
     )
     dest.parent.mkdir(parents=True, exist_ok=True)
     run_sft(config, dest, resume=dest.exists(), log=log, progress=progress)
-    return final
+    return dest / "final"
 
 
 def write_table(out: str | Path) -> dict[str, Any]:

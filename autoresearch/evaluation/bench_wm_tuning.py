@@ -25,7 +25,14 @@ from typing import Any
 
 from wmrl.autoresearch.training.anchor_pairs import PAIRS_GLOB
 
-__all__ = ["DEFAULT_TUNING", "source_identity", "source_runs", "tuned_dir", "tuning_config"]
+__all__ = [
+    "DEFAULT_TUNING",
+    "finished_tuning",
+    "source_identity",
+    "source_runs",
+    "tuned_dir",
+    "tuning_config",
+]
 
 #: One pass over the pairs (about 10 s a pair on 2 CPU cores for SmolLM2-135M): the warm start's
 #: three passes were sized for 60 agent examples, and a world model tuned longer on a few dozen
@@ -51,7 +58,9 @@ def source_runs(source: str | Path, seed: int) -> list[Path]:
     (read from its ``config.json``), sorted by name.
 
     Raises:
-        ConfigError: ``source`` holds no benchmark, or no run of another seed recorded pairs.
+        ConfigError: ``source`` holds no benchmark; no run of another seed recorded pairs; or one of
+            those runs has not finished (no ``run_summary.json``): its pairs would still grow, so the
+            tuning would depend on when it ran.
     """
     from wmrl.core.config import ConfigError
 
@@ -66,6 +75,12 @@ def source_runs(source: str | Path, seed: int) -> list[Path]:
         raise ConfigError(
             f"--wm-tuned-on {source}: no run at a seed other than {seed} recorded anchor pairs "
             "(runs of mode real or wmrl do; the tuning leaves the run's own seed out)"
+        )
+    unfinished = [run.name for run in chosen if not (run / "run_summary.json").is_file()]
+    if unfinished:
+        raise ConfigError(
+            f"--wm-tuned-on {source}: runs {unfinished} have not finished (no run_summary.json); finish "
+            "that benchmark first (rerun its command), so that the pairs a tuning learns are final"
         )
     return chosen
 
@@ -85,6 +100,45 @@ def source_identity(runs: Sequence[Path]) -> list[str]:
 def tuned_dir(out: str | Path, seed: int) -> Path:
     """Where seed ``seed``'s tuning lives in the benchmark folder ``out``."""
     return Path(out) / "wm-tuned" / f"s{seed}"
+
+
+def finished_tuning(dest: str | Path, config: Any) -> Path | None:
+    """The tuned world model in ``dest`` (``dest/final``) when a tuning under ``config`` finished
+    there; ``None`` when none finished (tune now, resuming what was started).
+
+    A finished tuning is reused only if it was tuned with ``config``: the same settings (logging and
+    checkpoint aside) and source runs of the same names. Where those runs live may differ (the bench
+    pins their pairs by digest, ``source_identity``), so a source given by another path reuses it.
+
+    Raises:
+        ConfigError: the finished tuning has no model (``final/config.json``), or was tuned with other
+            settings (``--force-settings`` changed them): remove ``dest`` to tune again.
+    """
+    from wmrl.core.config import ConfigError, to_dict
+    from wmrl.core.train_config import refuse_resume_changes
+
+    dest = Path(dest)
+    if not (dest / "run_summary.json").is_file():
+        return None
+    final = dest / "final"
+    if not (final / "config.json").is_file():
+        raise ConfigError(
+            f"{dest}: a finished tuning without its model ({final}); remove {dest} to tune again"
+        )
+
+    def comparable(data: dict) -> dict:
+        corpus = dict(data.get("corpus", {}))
+        corpus["anchor_runs"] = [Path(r).name for r in corpus.get("anchor_runs") or ()]
+        return {**data, "corpus": corpus}
+
+    saved = json.loads((dest / "config.json").read_text()) if (dest / "config.json").is_file() else {}
+    try:
+        refuse_resume_changes(comparable(saved), comparable(to_dict(config)), ("logging", "checkpoint"))
+    except ConfigError as error:
+        raise ConfigError(
+            f"{dest} holds a world model tuned with other settings ({error}); remove {dest} to tune again"
+        ) from None
+    return final
 
 
 def tuning_config(train_config: Any, base_model: str, runs: Sequence[Path], overrides: Sequence[str] = ()):

@@ -23,6 +23,7 @@ def _fake_source(root, seeds_with_pairs=(0, 1, 2), without_pairs=(0,)):
             (run / "anchor_pairs.jsonl").write_text(
                 json.dumps({"task_id": "t", "code": f"{mode}{seed}"}) + "\n"
             )
+            (run / "run_summary.json").write_text("{}")
     for seed in without_pairs:
         run = root / "runs" / f"world_model-s{seed}"
         run.mkdir()
@@ -73,6 +74,47 @@ def test_a_source_without_a_benchmark_or_without_pairs_of_other_seeds_is_refused
     only_seed0 = _fake_source(tmp_path / "one", seeds_with_pairs=(0,), without_pairs=(1,))
     with pytest.raises(ConfigError, match="no run at a seed other than 0"):
         source_runs(only_seed0, 0)
+
+
+def test_a_source_run_that_has_not_finished_is_refused(tmp_path):
+    """Its pairs would still grow: a tuning on it would depend on when it ran."""
+    from wmrl.autoresearch.evaluation.bench_wm_tuning import source_runs
+    from wmrl.core.config import ConfigError
+
+    source = _fake_source(tmp_path / "src")
+    (source / "runs" / "wmrl-s1" / "run_summary.json").unlink()
+    with pytest.raises(ConfigError, match=r"\['wmrl-s1'\] have not finished"):
+        source_runs(source, 0)
+    assert "wmrl-s1" not in [r.name for r in source_runs(source, 1)]  # its own seed: not a source
+
+
+def test_a_finished_tuning_is_reused_only_with_its_model_and_its_settings(tmp_path):
+    from wmrl.autoresearch.evaluation.bench_wm_tuning import finished_tuning, tuning_config
+    from wmrl.autoresearch.training.config import TrainConfig
+    from wmrl.core.config import ConfigError, load_config, to_dict
+
+    train = load_config(TrainConfig, None, ["seed=1"])
+    config = tuning_config(train, "/models/wm", ["/a/runs/real-s0"])
+    dest = tmp_path / "s1"
+    dest.mkdir()
+    assert finished_tuning(dest, config) is None  # not finished: tune (or resume) now
+    (dest / "config.json").write_text(json.dumps(to_dict(config)))
+    (dest / "run_summary.json").write_text("{}")
+    with pytest.raises(ConfigError, match="without its model"):
+        finished_tuning(dest, config)
+    (dest / "final").mkdir()
+    (dest / "final" / "config.json").write_text("{}")
+    assert finished_tuning(dest, config) == dest / "final"
+    # the same runs reached by another path (the bench pins their pairs by digest): reused
+    moved = tuning_config(train, "/models/wm", ["/elsewhere/runs/real-s0"])
+    assert finished_tuning(dest, moved) == dest / "final"
+    for other in (
+        tuning_config(train, "/models/wm", ["/a/runs/real-s0"], ["epochs=2"]),
+        tuning_config(train, "/models/wm", ["/a/runs/real-s2"]),
+        tuning_config(train, "/models/other", ["/a/runs/real-s0"]),
+    ):
+        with pytest.raises(ConfigError, match="tuned with other settings"):
+            finished_tuning(dest, other)
 
 
 def test_the_source_identity_follows_the_pairs_bytes(tmp_path):
@@ -161,7 +203,9 @@ def test_bench_settings_refuse_a_tuning_that_would_not_be_used_and_keep_old_benc
 @pytest.mark.peft
 @pytest.mark.bwrap
 @pytest.mark.matplotlib
-def test_a_bench_judges_each_seed_with_its_own_leave_one_out_world_model(tmp_path, tiny_autoresearch, capsys):
+def test_a_bench_judges_each_seed_with_its_own_leave_one_out_world_model(
+    tmp_path, tiny_autoresearch, capsys, monkeypatch
+):
     from wmrl.autoresearch.tasks.toy import make_toy_task
     from wmrl.core.cli import main
 
@@ -202,6 +246,15 @@ def test_a_bench_judges_each_seed_with_its_own_leave_one_out_world_model(tmp_pat
     }
     assert main(argv) == 0  # finished: nothing is tuned, trained or evaluated again
     assert {p: p.stat().st_mtime_ns for p in stamp} == stamp
+    # the same source typed as a relative path is the same source (its pairs are pinned by digest)
+    monkeypatch.chdir(tmp_path)
+    relative = [a if a != str(source) else "source" for a in argv]
+    assert main(relative) == 0 and {p: p.stat().st_mtime_ns for p in stamp} == stamp
+    assert json.loads((out / "bench.json").read_text())["wm_tuned_on"] == str(source)
+    # --force-settings with another tuning setting: the finished tuning is not reused as if it matched
+    forced = [a if a != "epochs=2" else "epochs=3" for a in argv]
+    assert main([*forced, "--force-settings"]) == 2
+    assert "tuned with other settings" in capsys.readouterr().err
     # the source's pairs changed: the same command is refused instead of mixing unlike world models
     with (source / "runs" / "real-s1" / "anchor_pairs.jsonl").open("a") as f:
         f.write((source / "runs" / "real-s0" / "anchor_pairs.jsonl").read_text().splitlines()[0] + "\n")

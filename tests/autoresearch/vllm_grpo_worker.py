@@ -140,8 +140,16 @@ def train(out: Path, turns: int) -> dict:
 
 
 def main(out: Path) -> None:
+    from wmrl.core.distributed import close_process_group
+
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    results = [train(out, 1), train(out, 2)]
+    try:
+        # TRL's colocate mode sets RANK/WORLD_SIZE/MASTER_ADDR for vLLM, so the second trainer's
+        # Accelerate opens a (gloo) process group; left open, its threads can abort the interpreter
+        # at exit ("terminate called without an active exception"), as run_training avoids too.
+        results = [train(out, 1), train(out, 2)]
+    finally:
+        close_process_group()
     (out / "vllm.json").write_text(json.dumps(results))
 
 
