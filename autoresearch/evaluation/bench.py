@@ -126,6 +126,12 @@ class BenchSettings:
             f"modes must be among {list(MODES)}; got {self.modes}",
         )
         require(len(set(self.modes)) == len(self.modes), f"modes repeat: {self.modes}")
+        owned = [o for o in self.train_overrides if o.split("=", 1)[0].strip() in _SET_BY_THE_BENCH]
+        require(
+            not owned,
+            f"train overrides {owned} are the bench's own settings (each run's model is --model, its steps "
+            "--steps, its mode and seed the bench's): they would be overridden, so they are refused",
+        )
         require(
             len(self.seeds) >= 1 and len(set(self.seeds)) == len(self.seeds),
             f"seeds must be distinct; got {self.seeds}",
@@ -161,6 +167,9 @@ class BenchSettings:
             data.pop("wm_tuning")
         return data
 
+
+#: The run settings the bench sets itself (a train override of one would be silently overridden).
+_SET_BY_THE_BENCH = ("model", "model.path", "steps", "mode", "seed")
 
 #: ``--quick``: the plumbing and a first number in ~20 minutes on 2 CPU cores (one seed, so no SEM):
 #: 3 runs of 2 steps (~5 min each here) and 4 evaluations of one trajectory per held-out task.
@@ -206,6 +215,7 @@ def _run_numbers(run: Path) -> dict[str, Any] | None:
     ]
     spent = cost.get("spent", {})
     return {
+        "evaluated": report is not None,
         "heldout_valid_rate": None if report is None else report.get("valid_rate"),
         "heldout_avg_at_k": None if report is None else report.get("overall"),
         "heldout_medal_rate": None if report is None else report.get("medal_rate"),
@@ -252,7 +262,13 @@ def bench_table(out: str | Path) -> dict[str, Any]:
         runs = sorted((out / "runs").glob(f"{mode}-s*")) if (out / "runs").is_dir() else []
         numbers = {int(r.name.rsplit("-s", 1)[1]): _run_numbers(r) for r in runs}
         done = {s: n for s, n in numbers.items() if n is not None}
-        entry: dict[str, Any] = {"seeds": sorted(done), "runs": done}
+        # The held-out columns average the evaluated runs only: a trained run whose evaluation has
+        # not run yet (a benchmark in pieces) counts in ``seeds`` but not in ``heldout_seeds``.
+        entry: dict[str, Any] = {
+            "seeds": sorted(done),
+            "heldout_seeds": sorted(s for s, n in done.items() if n["evaluated"]),
+            "runs": done,
+        }
         for key in (
             "heldout_valid_rate",
             "heldout_avg_at_k",
@@ -298,9 +314,14 @@ def _pm(value: float | None, err: float | None, scale: float = 1.0, digits: int 
 
 
 def _seeds_cell(entry: dict[str, Any]) -> str:
-    """Finished seeds, and of how many planned when fewer are finished (a benchmark in pieces)."""
+    """Finished seeds, of how many planned when fewer are finished (a benchmark in pieces), and how
+    many of them the held-out columns average when some are not evaluated yet."""
     done, planned = len(entry["seeds"]), entry.get("seeds_planned") or 0
-    return f"{done}" if done >= planned else f"{done} of {planned}"
+    cell = f"{done}" if done >= planned else f"{done} of {planned}"
+    evaluated = entry.get("heldout_seeds")
+    if evaluated is not None and len(evaluated) < done:
+        cell += f" (held-out: {len(evaluated)})"
+    return cell
 
 
 def format_table(table: dict[str, Any]) -> str:
@@ -467,7 +488,7 @@ def run_bench(
     if saved is not None and _same_source(saved, current):
         # The source is its pairs (pinned by digest in resolved), not how its path was typed.
         current["wm_tuned_on"] = saved["wm_tuned_on"]
-    if saved is not None and saved != current and not force_settings:
+    if saved is not None and saved != current and not force_settings and _holds_work(out):
         differs = _differences(saved, current)
         raise ConfigError(
             f"{out} holds a benchmark with other settings ({', '.join(differs[:8])}"
@@ -480,6 +501,7 @@ def run_bench(
     # Each run's own config is checked before anything runs (a typo fails at once).
     for mode in settings.modes:
         load_config(TrainConfig, None, [*base, f"mode={mode}", "seed=0"])
+    where = _eval_placement(load_config(TrainConfig, None, [*base, f"mode={settings.modes[0]}", "seed=0"]))
 
     def evaluate(model: str, seeds: Sequence[int], train_tasks: Sequence[str] | None, dest: Path) -> None:
         if dest.is_file():
@@ -496,6 +518,7 @@ def run_bench(
             overview_tokens=settings.eval_overview_tokens,
             time_limit_s=settings.eval_time_limit_s,
             progress=progress,
+            **where,
         )
         data = report.to_dict()
         data["wall_s"] = time.perf_counter() - t0
@@ -542,6 +565,37 @@ def run_bench(
                 run_training(config, run_dir, log=log, progress=progress)
             evaluate(str(run / "final"), [seed], None, run / "eval_report.json")
     return write_table(out)
+
+
+def _eval_placement(train: Any) -> dict[str, Any]:
+    """Where the held-out evaluations run: the training runs' own device, sandbox and task roots
+    (``model.device``, ``sandbox.backend/memory_limit_mb/workers/gpus/gpus_per_slot``,
+    ``tasks.mledojo_root/data_dir``), so that ``model.device=cuda`` or ``sandbox.backend=docker``
+    holds for the evaluations too. The evaluation's sandbox is a local pool: with
+    ``sandbox.pool=ray`` it runs on this machine with the same backend."""
+    device = train.model.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    box = train.sandbox
+    return {
+        "device": device,
+        "backend": box.backend,
+        "memory_limit_mb": box.memory_limit_mb,
+        "workers": box.workers,
+        "gpus": tuple(box.gpus),
+        "gpus_per_slot": box.gpus_per_slot,
+        "mledojo_root": train.tasks.mledojo_root,
+        "data_dir": train.tasks.data_dir,
+    }
+
+
+def _holds_work(out: Path) -> bool:
+    """Whether the benchmark folder ``out`` holds anything its settings produced (an evaluation, a run,
+    a tuning). A ``bench.json`` alone, left by a first attempt that failed before any work (a
+    mistyped model or task), does not bind the corrected command."""
+    return (out / "start").exists() or any((out / "runs").glob("*")) or any((out / "wm-tuned").glob("*"))
 
 
 def _same_source(saved: dict[str, Any], current: dict[str, Any]) -> bool:

@@ -60,3 +60,22 @@ def test_one_entry_recomputed_from_the_saved_runs(tmp_path):
     assert table["modes"]["real"]["anchor_fraction_realised"] == 1.0
     assert entry["measured_wall_vs_real"] == pytest.approx(0.5)
     assert table["start"] is None  # the starting policy was not evaluated: unknown
+
+
+def test_the_held_out_columns_count_the_evaluated_runs_only(tmp_path):
+    """A trained run whose evaluation has not run yet (a benchmark in pieces) counts in ``seeds``,
+    not in the held-out means, and the table's seeds cell says so."""
+    from wmrl.autoresearch.evaluation.bench import bench_table, format_table
+
+    out = tmp_path / "bench"
+    for seed, valid in ((0, 0.2), (1, 0.4), (2, 0.9)):
+        _run(out / "runs" / f"wmrl-s{seed}", mode="wmrl", rewards=[0.1, 0.2], valid_rate=valid, overall=0.1,
+             wall=100.0, realised=0.5)  # fmt: skip
+    (out / "runs" / "wmrl-s2" / "eval_report.json").unlink()
+    (out / "bench.json").write_text(json.dumps({"modes": ["wmrl"], "seeds": [0, 1, 2]}))
+    table = bench_table(out)
+    entry = table["modes"]["wmrl"]
+    assert entry["seeds"] == [0, 1, 2] and entry["heldout_seeds"] == [0, 1]
+    assert entry["heldout_valid_rate"] == pytest.approx(0.3)
+    assert table["complete"] is False
+    assert "| wmrl | 3 (held-out: 2) |" in format_table(table)
