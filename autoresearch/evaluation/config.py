@@ -82,3 +82,14 @@ class EvalConfig:
         )
         require(self.temperature >= 0, f"temperature must be >= 0; got {self.temperature}")
         require(self.batch_size >= 1, f"batch_size must be >= 1; got {self.batch_size}")
+        # The evaluation executes in a local pool with the result cache on (evaluate_policy): a
+        # setting of the training sandbox it cannot honour is refused, not ignored.
+        require(
+            self.sandbox.pool == "local",
+            f"sandbox.pool={self.sandbox.pool!r}: the evaluation runs its sandbox on this machine (pool local); "
+            "a Ray pool is a training setting",
+        )
+        require(
+            self.sandbox.cache,
+            "sandbox.cache=false: the evaluation keeps its result cache (a resubmitted script is graded once)",
+        )

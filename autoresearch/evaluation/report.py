@@ -125,9 +125,17 @@ def sem(values: Sequence[float | None]) -> float | None:
 
 
 def task_report(
-    task_id: str, category: str, grades: Sequence[RolloutGrade], seed: int | None = None
+    task_id: str,
+    category: str,
+    grades: Sequence[RolloutGrade],
+    seed: int | None = None,
+    has_medals: bool | None = None,
 ) -> TaskReport:
-    """Score one task (one seed) from its trajectories' grades."""
+    """Score one task (one seed) from its trajectories' grades.
+
+    ``has_medals``: whether the task awards medals (it has a leaderboard, ``Task.leaderboards``).
+    ``None``: inferred from the valid grades, which cannot tell when none is valid; then the medal
+    share is unknown (``None``), not 0."""
     if not grades:
         raise ValueError(f"task {task_id!r} has no rollouts to score")
     known = [g for g in grades if not g.unknown]
@@ -135,8 +143,12 @@ def task_report(
     rewards = [g.reward for g in known if g.reward is not None]
     n = len(known)
     # A medal needs a valid submission; a valid one without a medal value means the task has no
-    # thresholds, and then the share is unknown rather than 0.
-    thresholds_known = all(g.medal is not None for g in valid)
+    # thresholds, and then the share is unknown rather than 0. Without valid grades and without
+    # ``has_medals`` nothing says whether the task has thresholds: unknown too.
+    if has_medals is None:
+        thresholds_known = bool(valid) and all(g.medal is not None for g in valid)
+    else:
+        thresholds_known = has_medals
     medal = sum(1 for g in valid if g.medal in ("gold", "silver", "bronze"))
     above = sum(1 for g in valid if g.medal not in (None, "none"))
     return TaskReport(

@@ -59,7 +59,11 @@ def resolve_eval_tasks(spec: str | Sequence[str]) -> tuple[str, list[str]]:
 
 
 def training_tasks_of(
-    model: str | os.PathLike, given: str | Sequence[str] | None = None
+    model: str | os.PathLike,
+    given: str | Sequence[str] | None = None,
+    *,
+    mledojo_root: str | os.PathLike | None = None,
+    data_dir: str | os.PathLike | None = None,
 ) -> tuple[list[str], str]:
     """The task ids the policy was trained on, and where that answer came from.
 
@@ -68,13 +72,19 @@ def training_tasks_of(
     joined with the run's ``config.json`` next to (or above) the model folder (``tasks.ids`` of a
     GRPO run, ``corpus.ids`` of a warm start; empty ids = the bundled training split). Else the
     bundled training split.
+
+    A reference is compared by the id of the task it loads. ``mledojo_root`` / ``data_dir`` (the
+    evaluation's) help load ``given`` references; a run's ``config.json`` references load with that
+    run's own ``tasks.mledojo_root`` / ``tasks.data_dir`` (else the evaluation's), since a task that
+    needs its data folder to load would otherwise be compared by its path, not its id.
     """
     from wmrl.autoresearch.tasks.load import load_task
     from wmrl.autoresearch.tasks.suite import TRAIN_TASKS
 
+    roots = {"mledojo_root": mledojo_root, "data_dir": data_dir}
     if given:
         refs = [s.strip() for s in given.split(",")] if isinstance(given, str) else list(given)
-        return [_task_id(r, load_task) for r in refs if r], "--train-tasks"
+        return [_task_id(r, load_task, roots) for r in refs if r], "--train-tasks"
     path = Path(model)
     found: list[str] = []
     sources: list[str] = []
@@ -99,7 +109,8 @@ def training_tasks_of(
             section = data.get("tasks") if isinstance(data.get("tasks"), dict) else data.get("corpus")
             if isinstance(section, dict):
                 ids = section.get("ids") or list(TRAIN_TASKS)
-                found += [_task_id(r, load_task) for r in ids]
+                own = {k: section.get(k) or v for k, v in roots.items()}
+                found += [_task_id(r, load_task, own) for r in ids]
                 sources.append(str(config))
                 break
     if found:
@@ -107,9 +118,10 @@ def training_tasks_of(
     return list(TRAIN_TASKS), "the bundled training split"
 
 
-def _task_id(ref: str, load_task) -> str:
+def _task_id(ref: str, load_task, roots: dict[str, Any] | None = None) -> str:
+    given = {k: v for k, v in (roots or {}).items() if v is not None}
     try:
-        return load_task(ref).id
+        return load_task(ref, **given).id
     except Exception:  # a training task that no longer loads is still compared by its reference
         return str(ref)
 
@@ -275,7 +287,11 @@ def evaluate_policy(
         )
         for r in refs
     ]
-    train_ids, source = training_tasks_of(model, train_tasks)
+    ids = [t.id for t in loaded_tasks]
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if repeated:  # one task twice would count as two tasks (and its seeds as more draws)
+        raise EvalError(f"tasks {repeated} are named more than once in --tasks (by id or by folder)")
+    train_ids, source = training_tasks_of(model, train_tasks, mledojo_root=mledojo_root, data_dir=data_dir)
     if not in_sample:
         check_disjoint([t.id for t in loaded_tasks], train_ids, source)
     section = SandboxSection(
@@ -375,7 +391,9 @@ def evaluate_policy(
             by_task.setdefault(i, []).append(_trajectory_grade(turns_of, episode.reward()))
         for i, grades in sorted(by_task.items()):
             task = loaded_tasks[i]
-            report = task_report(task.id, task.category, grades, seed=seed)
+            report = task_report(
+                task.id, task.category, grades, seed=seed, has_medals=bool(task.leaderboards)
+            )
             reports.append(report)
             if log is not None:
                 log(

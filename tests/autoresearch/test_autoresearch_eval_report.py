@@ -87,3 +87,62 @@ def test_disjointness_check_fails_loudly(tmp_path):
     assert training_tasks_of(tmp_path / "nowhere") == (list(TRAIN_TASKS), "the bundled training split")
     with pytest.raises(EvalError, match="no tasks"):
         resolve_eval_tasks(" , ")
+
+
+def test_the_medal_share_is_unknown_not_zero_when_nothing_says_the_task_has_medals():
+    """A task without a leaderboard awards no medals: its medal share is unknown (None), also for a
+    seed in which nothing was valid; a task with one counts a seed without valid rollouts as 0."""
+    failed = [g("runtime_error", None, 0.1)] * 2
+    assert task_report("gap", "regression", failed).medal_rate is None  # cannot tell: unknown
+    assert task_report("gap", "regression", failed, has_medals=False).medal_rate is None
+    assert task_report("board", "regression", failed, has_medals=True).medal_rate == 0.0
+    won = [RolloutGrade("valid", 0.9, 0.9, medal="gold"), RolloutGrade("valid", 0.5, 0.6, medal="none")]
+    board = task_report("board", "binary", [*won, *failed], has_medals=True)
+    assert board.medal_rate == pytest.approx(1 / 4) and board.above_median_rate == pytest.approx(1 / 4)
+    # without has_medals, valid grades with medal values say the task has thresholds
+    assert task_report("board", "binary", won).medal_rate == pytest.approx(1 / 2)
+    no_thresholds = [RolloutGrade("valid", 0.7, 0.8)]
+    assert task_report("gap", "binary", no_thresholds).medal_rate is None
+
+
+def test_a_task_named_twice_is_refused_not_counted_twice():
+    from wmrl.autoresearch.evaluation.run import evaluate_policy
+    from wmrl.autoresearch.tasks.suite import EVAL_TASKS
+
+    with pytest.raises(EvalError, match="more than once"):  # refused before any model loads
+        evaluate_policy("no-such-model", tasks=[EVAL_TASKS[0], EVAL_TASKS[1], EVAL_TASKS[0]])
+
+
+def test_a_training_task_that_needs_its_data_folder_is_compared_by_its_id(tmp_path, monkeypatch):
+    """An MLE-bench competition loads only with its data folder: the run's own ``tasks.data_dir``
+    (or the evaluation's) loads it, so it is compared by id and the overlap is caught."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_tasks_loaders import _mlebench
+
+    monkeypatch.delenv("MLEBENCH_DATA_DIR", raising=False)
+    comp, data = _mlebench(tmp_path)
+    run = tmp_path / "run"
+    (run / "final").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"tasks": {"ids": [str(comp)], "data_dir": str(data)}}))
+    ids, _ = training_tasks_of(run / "final")
+    assert ids == ["spaceship-lite"]
+    with pytest.raises(EvalError, match="spaceship-lite"):
+        check_disjoint(["spaceship-lite"], ids, "the run")
+    # --train-tasks with the evaluation's data folder
+    assert training_tasks_of(run / "final", [str(comp)], data_dir=data)[0] == ["spaceship-lite"]
+
+
+@pytest.mark.parametrize(
+    ("override", "match"),
+    [("sandbox.pool=ray", "pool"), ("sandbox.cache=false", "cache")],
+)
+def test_sandbox_settings_the_evaluation_cannot_honour_are_refused(override, match):
+    from wmrl.autoresearch.evaluation.config import EvalConfig
+    from wmrl.core.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=match):
+        load_config(EvalConfig, None, ["model=smollm2", override, "sandbox.backend=bwrap"])
+    assert load_config(EvalConfig, None, ["model=smollm2"]).sandbox.pool == "local"
