@@ -37,8 +37,11 @@ from wmrl.core.pipeline import CORRECTOR_FILE
 __all__ = [
     "CHECKPOINTS",
     "STAGE_FILE",
+    "WALL_FILE",
     "RunDirectory",
+    "add_attempt_wall",
     "checkpoint_step",
+    "earlier_wall_s",
     "latest_checkpoint",
     "list_checkpoints",
     "read_stage_marker",
@@ -50,6 +53,9 @@ CHECKPOINTS = "checkpoints"
 #: The completion marker of a checkpoint written by a stage that has no corrector (a supervised
 #: warm start): written last, like ``wmrl_corrector.json`` in an RL checkpoint.
 STAGE_FILE = "wmrl_stage.json"
+#: Wall seconds of the earlier attempts of a run that stopped (Ctrl-C, an error, a step budget) and
+#: is continued from a checkpoint: the finished run's wall time is theirs plus its own.
+WALL_FILE = "wall_spent.json"
 _NAME = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -167,6 +173,8 @@ class RunDirectory:
             probe.unlink()
         except OSError as err:
             raise RunDirError(f"--out {self.path} cannot be written: {err.strerror or err}") from None
+        if self.checkpoint is None:  # from step 0: no earlier attempt is continued
+            (self.path / WALL_FILE).unlink(missing_ok=True)
         if self.restarted:
             for name in ("metrics.jsonl", "completions.jsonl"):
                 (self.path / name).unlink(missing_ok=True)
@@ -184,3 +192,29 @@ class RunDirectory:
     @property
     def resume_hint(self) -> str:
         return f"{self.command} --out {self.path} --resume"
+
+
+def earlier_wall_s(run_dir: str | Path) -> float:
+    """Wall seconds that the earlier attempts of the run in ``run_dir`` spent (0 for none)."""
+    import json
+
+    path = Path(run_dir) / WALL_FILE
+    if not path.is_file():
+        return 0.0
+    return float(sum(json.loads(path.read_text()).get("attempts_s", [])))
+
+
+def add_attempt_wall(run_dir: str | Path, seconds: float) -> None:
+    """Record that an attempt of the run in ``run_dir`` stopped after ``seconds`` of wall time (the
+    work after its last checkpoint, redone by the next attempt, included: it was spent). Nothing
+    if the folder is gone (a run abandoned before its first step)."""
+    import json
+
+    folder = Path(run_dir)
+    if not folder.is_dir():
+        return
+    path = folder / WALL_FILE
+    attempts = json.loads(path.read_text()).get("attempts_s", []) if path.is_file() else []
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"attempts_s": [*attempts, float(seconds)]}))
+    tmp.replace(path)

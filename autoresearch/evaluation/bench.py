@@ -227,7 +227,8 @@ def _run_numbers(run: Path) -> dict[str, Any] | None:
         "anchor_fraction_realised": realised[-1]
         if realised
         else (1.0 if cost.get("mode") == "real" else None),
-        "measured_wall_s": summary.get("wall_s"),
+        # every attempt of a run continued after an interruption (older summaries: wall_s alone)
+        "measured_wall_s": summary.get("wall_s_total", summary.get("wall_s")),
         "measured_stream_wall_s": {k: v.get("wall_s") for k, v in spent.items()},
         "measured_accel_s": cost.get("total", {}).get("accel_s"),
         "steps": cost.get("steps"),

@@ -21,7 +21,7 @@ from typing import Any
 
 from wmrl.autoresearch.training.config import TrainConfig
 from wmrl.core.errors import Interrupted, UserError
-from wmrl.core.rundir import RunDirectory
+from wmrl.core.rundir import RunDirectory, add_attempt_wall, earlier_wall_s, list_checkpoints
 
 __all__ = [
     "AGENT_LIBRARIES",
@@ -541,6 +541,8 @@ def run_training(
         done = 0 if trainer is None else trainer.state.global_step
         if main and done == 0 and run_dir.abandon():
             raise Interrupted("interrupted before the first step completed; nothing was kept") from None
+        if main:
+            add_attempt_wall(out, time.perf_counter() - started)
         raise Interrupted(
             f"interrupted; the last checkpoint is kept (continue with: {run_dir.resume_hint})"
         ) from None
@@ -548,13 +550,15 @@ def run_training(
         writer.close()
         if main and (trainer is None or trainer.state.global_step == 0):
             run_dir.abandon()  # nothing was done: leave no run folder behind
+        if main:
+            add_attempt_wall(out, time.perf_counter() - started)
         raise
     writer.close()
     processes.wait_for_everyone()  # the main process has written everything
-    from wmrl.core.rundir import list_checkpoints
-
     checkpoints = list_checkpoints(out)
     if trainer.stopped_early:
+        if main:
+            add_attempt_wall(out, time.perf_counter() - started)
         raise Interrupted(
             f"stopped after step {trainer.state.global_step}; checkpoint saved; continue with: {run_dir.resume_hint}"
         )
@@ -567,6 +571,8 @@ def run_training(
     if main:
         summary = {
             "wall_s": wall,
+            # this attempt and the earlier ones it continues (resumed from their checkpoints)
+            "wall_s_total": earlier_wall_s(out) + wall,
             "final_model": str(final),
             "last_checkpoint": str(checkpoints[-1]) if checkpoints else None,
             "processes": processes.num_processes,

@@ -131,6 +131,15 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_130(tmp_path, tiny_autoresearch):
     assert "stopped after step 1" in last and "--resume" in last and "Traceback" not in done.stderr
     assert (run / "checkpoints" / "checkpoint-1" / "wmrl_corrector.json").is_file()
     assert not (run / "final").exists()
+    # the stopped attempt's wall time is kept; the resumed run's summary counts both attempts
+    from wmrl.core.cli import main
+    from wmrl.core.rundir import WALL_FILE
+
+    (first,) = json.loads((run / WALL_FILE).read_text())["attempts_s"]
+    assert first > 0
+    assert main(["train", "autoresearch", "--out", str(run), "--resume", *tiny_autoresearch, "steps=4"]) == 0
+    summary = json.loads((run / "run_summary.json").read_text())
+    assert summary["wall_s_total"] == pytest.approx(first + summary["wall_s"])
 
 
 def test_an_unwritable_out_is_one_line_and_leaves_nothing(tmp_path, capsys, tiny_autoresearch):
