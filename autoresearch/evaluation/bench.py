@@ -260,7 +260,12 @@ def bench_table(out: str | Path) -> dict[str, Any]:
         ),
     }
     for mode in modes:
-        runs = sorted((out / "runs").glob(f"{mode}-s*")) if (out / "runs").is_dir() else []
+        # ``<mode>-s<seed>`` folders only (a renamed copy such as ``real-s0-old`` is not a run)
+        runs = sorted(
+            r
+            for r in ((out / "runs").glob(f"{mode}-s*") if (out / "runs").is_dir() else [])
+            if r.name.rsplit("-s", 1)[1].isdigit()
+        )
         numbers = {int(r.name.rsplit("-s", 1)[1]): _run_numbers(r) for r in runs}
         done = {s: n for s, n in numbers.items() if n is not None}
         # The held-out columns average the evaluated runs only: a trained run whose evaluation has

@@ -414,6 +414,11 @@ def run_training(
     main = processes.is_main_process
     if main:
         run_dir.open()
+        if run_dir.checkpoint is None:  # from step 0: a stopped attempt's pairs are not this run's
+            from wmrl.autoresearch.training.anchor_pairs import PAIRS_GLOB
+
+            for stale in out.glob(PAIRS_GLOB):
+                stale.unlink()
     # TRL reports to the trackers (logging.report_to); the writer keeps metrics.jsonl and config.json.
     writer = RunWriter(out, config) if main else _SilentWriter()
     if not main:

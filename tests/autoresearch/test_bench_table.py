@@ -72,6 +72,7 @@ def test_the_held_out_columns_count_the_evaluated_runs_only(tmp_path):
         _run(out / "runs" / f"wmrl-s{seed}", mode="wmrl", rewards=[0.1, 0.2], valid_rate=valid, overall=0.1,
              wall=100.0, realised=0.5)  # fmt: skip
     (out / "runs" / "wmrl-s2" / "eval_report.json").unlink()
+    (out / "runs" / "wmrl-s1-old").mkdir()  # a renamed copy is not a run (and does not crash the table)
     (out / "bench.json").write_text(json.dumps({"modes": ["wmrl"], "seeds": [0, 1, 2]}))
     table = bench_table(out)
     entry = table["modes"]["wmrl"]

@@ -152,3 +152,19 @@ def test_an_unwritable_out_is_one_line_and_leaves_nothing(tmp_path, capsys, tiny
     assert main(["train", "autoresearch", "--out", str(blocker / "run"), *args]) == 2
     err = capsys.readouterr().err
     assert "cannot be written" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_run_restarted_from_step_zero_drops_the_stopped_attempts_anchor_pairs(tmp_path, tiny_autoresearch):
+    """Without a checkpoint the run starts over (its metrics too): pairs a stopped attempt recorded
+    are not this run's, and would otherwise feed a world-model tuning on its pairs."""
+    from wmrl.core.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward": 0.0}) + "\n")  # never checkpointed
+    stale = json.dumps({"step": 1, "task_id": "toy-regression", "code": "# stale attempt"})
+    (run / "anchor_pairs.jsonl").write_text(stale + "\n")
+    assert main(["train", "autoresearch", "--out", str(run), "--resume", *tiny_autoresearch, "steps=1"]) == 0
+    pairs = run / "anchor_pairs.jsonl"
+    assert not pairs.exists() or "# stale attempt" not in pairs.read_text()
+    assert (run / "run_summary.json").is_file()
