@@ -81,6 +81,11 @@ class EvalConfig:
             f"feedback_max_tokens must be >= 64; got {self.feedback_max_tokens}",
         )
         require(self.temperature >= 0, f"temperature must be >= 0; got {self.temperature}")
+        require(
+            self.temperature > 0 or (self.samples == 1 and len(self.seeds) == 1),
+            f"temperature=0 (greedy) writes the same reply in every sample and seed, so samples={self.samples} "
+            f"x seeds {list(self.seeds)} would report a spread of identical draws: use samples=1 and one seed",
+        )
         require(self.batch_size >= 1, f"batch_size must be >= 1; got {self.batch_size}")
         # The evaluation executes in a local pool with the result cache on (evaluate_policy): a
         # setting of the training sandbox it cannot honour is refused, not ignored.

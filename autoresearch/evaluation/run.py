@@ -410,6 +410,11 @@ def evaluate_policy(
         "device": device,
         "train_tasks_source": source,
         "mledojo_root": str(mledojo_root) if mledojo_root else None,
+        "data_dir": str(data_dir) if data_dir else None,
+        "memory_limit_mb": memory_limit_mb,
+        "workers": workers,
+        "gpus": list(gpus),
+        "gpus_per_slot": gpus_per_slot,
     }
     return aggregate(
         reports,

@@ -146,3 +146,17 @@ def test_sandbox_settings_the_evaluation_cannot_honour_are_refused(override, mat
     with pytest.raises(ConfigError, match=match):
         load_config(EvalConfig, None, ["model=smollm2", override, "sandbox.backend=bwrap"])
     assert load_config(EvalConfig, None, ["model=smollm2"]).sandbox.pool == "local"
+
+
+def test_greedy_decoding_with_several_draws_is_refused():
+    """temperature=0 repeats one reply: several samples or seeds would report a spread of copies."""
+    from wmrl.autoresearch.evaluation.config import EvalConfig
+    from wmrl.core.config import ConfigError, load_config
+
+    for extra in (["samples=2", "seeds=[0]"], ["samples=1", "seeds=[0,1,2]"]):
+        with pytest.raises(ConfigError, match="greedy"):
+            load_config(EvalConfig, None, ["model=smollm2", "temperature=0", *extra])
+    assert (
+        load_config(EvalConfig, None, ["model=smollm2", "temperature=0", "samples=1", "seeds=[0]"]).samples
+        == 1
+    )
