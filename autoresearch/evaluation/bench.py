@@ -251,6 +251,8 @@ def bench_table(out: str | Path) -> dict[str, Any]:
             "heldout_valid_rate_sem": start.get("valid_rate_sem"),
             "heldout_avg_at_k": start.get("overall"),
             "heldout_avg_at_k_sem": start.get("overall_sem"),
+            "heldout_medal_rate": start.get("medal_rate"),
+            "heldout_medal_rate_sem": start.get("medal_rate_sem"),
         },
         "modes": {},
         "paper_cost_structure": dict(PAPER_COST),
@@ -333,20 +335,22 @@ def _seeds_cell(entry: dict[str, Any]) -> str:
 def format_table(table: dict[str, Any]) -> str:
     """The table as Markdown."""
     lines = [
-        "| mode | seeds | held-out valid % | held-out avg@k % | train reward start → end | WM prequential MSE raw → calibrated | anchor fraction | measured wall s (vs real) | modelled cost (paper structure, real = 1) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| mode | seeds | held-out valid % | held-out avg@k % | held-out medals % | train reward start → end | WM prequential MSE raw → calibrated | anchor fraction | measured wall s (vs real) | modelled cost (paper structure, real = 1) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     start = table.get("start")
     if start:
         lines.append(
             f"| start (no RL) | – | {_pm(start['heldout_valid_rate'], start['heldout_valid_rate_sem'], 100)} | "
-            f"{_pm(start['heldout_avg_at_k'], start['heldout_avg_at_k_sem'], 100)} | – | – | – | – | – |"
+            f"{_pm(start['heldout_avg_at_k'], start['heldout_avg_at_k_sem'], 100)} | "
+            f"{_pm(start.get('heldout_medal_rate'), start.get('heldout_medal_rate_sem'), 100)} | – | – | – | – | – |"
         )
     for mode, e in table["modes"].items():
         ratio = e.get("measured_wall_vs_real")
         lines.append(
             f"| {mode} | {_seeds_cell(e)} | {_pm(e['heldout_valid_rate'], e['heldout_valid_rate_sem'], 100)} | "
             f"{_pm(e['heldout_avg_at_k'], e['heldout_avg_at_k_sem'], 100)} | "
+            f"{_pm(e['heldout_medal_rate'], e['heldout_medal_rate_sem'], 100)} | "
             f"{_pm(e['reward_start'], None, 1, 3)} → {_pm(e['reward_end'], e['reward_end_sem'], 1, 3)} | "
             f"{_pm(e['prequential_mse_raw'], None, 1, 3)} → {_pm(e['prequential_mse_calibrated'], None, 1, 3)} | "
             f"{_pm(e['anchor_fraction_realised'], None, 1, 3)} | "
