@@ -16,12 +16,17 @@ and the table always aggregates every finished run (``complete`` says whether an
     OUT/table.json, OUT/table.md   the table, computed only from the files above (:func:`bench_table`)
     OUT/reward_vs_cost.png         training reward against measured cumulative wall seconds, per mode
 
-The table holds, per mode (mean ± SEM over seeds): the held-out valid rate and avg@k (mean over
-categories), the training reward at the start and the end, the world model's measured calibration
+The runs' shared settings are ``wmrl train autoresearch`` overrides, except what the bench sets
+itself (``model.path``, ``steps``, ``mode``, ``seed``: refused). The held-out evaluations run where
+the runs run (their ``model.device``, sandbox backend, limits, GPU slots and task roots). A
+``bench.json`` left by an attempt that failed before any work binds nothing.
+
+The table holds, per mode (mean ± SEM over seeds): the held-out valid rate, avg@k (mean over
+categories) and medal share (over the evaluated runs: ``heldout_seeds``), the training reward at the start and the end, the world model's measured calibration
 quality during the run (prequential MSE of the raw and calibrated world-model scores on the anchor
 pairs, and the within-group bias reduction), the realised anchor fraction, and cost two ways kept
 apart: **measured** (wall and accelerator seconds per stream on this machine, from the runs' cost
-reports) and **modelled** (the paper's cost structure, :data:`PAPER_COST`: a run's relative cost if
+reports; a run continued after an interruption counts every attempt's wall time) and **modelled** (the paper's cost structure, :data:`PAPER_COST`: a run's relative cost if
 execution were the share of real-execution GRPO's compute that it was in the paper).
 """
 
