@@ -240,6 +240,14 @@ def _run_numbers(run: Path) -> dict[str, Any] | None:
     }
 
 
+def _mode_runs(out: Path, mode: str) -> list[Path]:
+    """The run folders of ``mode`` in the benchmark folder ``out``: ``runs/<mode>-s<seed>`` only (a
+    renamed copy such as ``real-s0-old`` is not a run), sorted by name."""
+    if not (out / "runs").is_dir():
+        return []
+    return sorted(r for r in (out / "runs").glob(f"{mode}-s*") if r.name.rsplit("-s", 1)[1].isdigit())
+
+
 def bench_table(out: str | Path) -> dict[str, Any]:
     """The table of a benchmark folder, computed from the saved runs alone (see the module docstring)."""
     out = Path(out)
@@ -267,12 +275,7 @@ def bench_table(out: str | Path) -> dict[str, Any]:
         ),
     }
     for mode in modes:
-        # ``<mode>-s<seed>`` folders only (a renamed copy such as ``real-s0-old`` is not a run)
-        runs = sorted(
-            r
-            for r in ((out / "runs").glob(f"{mode}-s*") if (out / "runs").is_dir() else [])
-            if r.name.rsplit("-s", 1)[1].isdigit()
-        )
+        runs = _mode_runs(out, mode)
         numbers = {int(r.name.rsplit("-s", 1)[1]): _run_numbers(r) for r in runs}
         done = {s: n for s, n in numbers.items() if n is not None}
         # The held-out columns average the evaluated runs only: a trained run whose evaluation has
@@ -374,7 +377,7 @@ def _plot(out: Path, table: dict[str, Any]) -> Path | None:
     fig, ax = plt.subplots(figsize=(7, 4))
     drawn = False
     for mode in table["modes"]:
-        for k, run in enumerate(sorted((out / "runs").glob(f"{mode}-s*"))):
+        for k, run in enumerate(_mode_runs(out, mode)):
             rows = [r for r in _rows(run) if r.get("reward") is not None]
             if not rows:
                 continue
@@ -587,20 +590,25 @@ def _eval_placement(train: Any) -> dict[str, Any]:
     (``model.device``, ``sandbox.backend/memory_limit_mb/workers/gpus/gpus_per_slot``,
     ``tasks.mledojo_root/data_dir``), so that ``model.device=cuda`` or ``sandbox.backend=docker``
     holds for the evaluations too. The evaluation's sandbox is a local pool: with
-    ``sandbox.pool=ray`` it runs on this machine with the same backend."""
+    ``sandbox.pool=ray`` it runs on this machine with the same backend and the local defaults of
+    ``evaluate_policy`` for concurrency and GPUs (the runs' ``workers`` is then the cluster's slot
+    count, and their GPUs are the Ray slots')."""
     device = train.model.device
     if device == "auto":
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     box = train.sandbox
+    local = box.pool == "local"
     return {
         "device": device,
         "backend": box.backend,
         "memory_limit_mb": box.memory_limit_mb,
-        "workers": box.workers,
-        "gpus": tuple(box.gpus),
-        "gpus_per_slot": box.gpus_per_slot,
+        **(
+            {"workers": box.workers, "gpus": tuple(box.gpus), "gpus_per_slot": box.gpus_per_slot}
+            if local
+            else {}
+        ),
         "mledojo_root": train.tasks.mledojo_root,
         "data_dir": train.tasks.data_dir,
     }
@@ -629,8 +637,10 @@ def _tuning_sources(settings: BenchSettings, out: Path) -> dict[int, list[Path]]
 
     if settings.wm_tuned_on is None:
         return None
-    source = Path(settings.wm_tuned_on)
-    if source.resolve() == out.resolve():
+    # resolved: the tuning's corpus.anchor_runs (checked when an interrupted tuning resumes) must not
+    # depend on how the path was typed, as the benchmark's identity does not (_same_source)
+    source = Path(settings.wm_tuned_on).resolve()
+    if source == out.resolve():
         raise ConfigError(
             f"--wm-tuned-on {source} is the benchmark folder itself: tune on another benchmark's runs "
             "(pairs of runs this benchmark is still adding would make the tuning depend on their order)"

@@ -137,14 +137,17 @@ def test_a_training_task_that_needs_its_data_folder_is_compared_by_its_id(tmp_pa
 
 @pytest.mark.parametrize(
     ("override", "match"),
-    [("sandbox.pool=ray", "pool"), ("sandbox.cache=false", "cache")],
+    [("sandbox.pool=ray", "a Ray pool is a training setting"), ("sandbox.cache=false", "result cache")],
 )
 def test_sandbox_settings_the_evaluation_cannot_honour_are_refused(override, match):
     from wmrl.autoresearch.evaluation.config import EvalConfig
     from wmrl.core.config import ConfigError, load_config
 
     with pytest.raises(ConfigError, match=match):
-        load_config(EvalConfig, None, ["model=smollm2", override, "sandbox.backend=bwrap"])
+        # sandbox.ray.slots = workers: a Ray section the training config itself accepts
+        load_config(
+            EvalConfig, None, ["model=smollm2", override, "sandbox.backend=bwrap", "sandbox.ray.slots=2"]
+        )
     assert load_config(EvalConfig, None, ["model=smollm2"]).sandbox.pool == "local"
 
 

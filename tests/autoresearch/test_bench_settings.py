@@ -64,3 +64,18 @@ def test_the_held_out_evaluations_run_where_the_runs_run():
     from wmrl.autoresearch.evaluation.run import evaluate_policy
 
     assert set(where) <= set(inspect.signature(evaluate_policy).parameters)
+
+
+def test_with_a_ray_pool_the_evaluations_keep_their_local_concurrency():
+    """The runs' ``sandbox.workers`` is then the cluster's slot count: not for this machine."""
+    from wmrl.autoresearch.evaluation.bench import _eval_placement
+    from wmrl.autoresearch.training.config import TrainConfig
+    from wmrl.core.config import load_config
+
+    train = load_config(
+        TrainConfig,
+        None,
+        ["sandbox.pool=ray", "sandbox.backend=bwrap", "sandbox.workers=24", "sandbox.ray.slots=24"],
+    )
+    where = _eval_placement(train)
+    assert "workers" not in where and "gpus" not in where and where["backend"] == "bwrap"

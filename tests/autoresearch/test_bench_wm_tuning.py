@@ -280,3 +280,17 @@ def test_a_bench_judges_each_seed_with_its_own_leave_one_out_world_model(
     ]
     assert main([*itself, *settings]) == 2
     assert "the benchmark folder itself" in capsys.readouterr().err
+
+
+def test_the_tunings_source_runs_do_not_depend_on_how_the_path_was_typed(tmp_path, monkeypatch):
+    """An interrupted tuning resumes only with the same corpus.anchor_runs: a relative and an
+    absolute spelling of the source give the same run paths."""
+    from wmrl.autoresearch.evaluation.bench import BenchSettings, _tuning_sources
+
+    _fake_source(tmp_path / "src")
+    monkeypatch.chdir(tmp_path)
+    spellings = ["src", "./src", str(tmp_path / "src"), f"{tmp_path}/x/../src"]
+    found = [
+        _tuning_sources(BenchSettings(modes=("wmrl",), wm_tuned_on=s), tmp_path / "out") for s in spellings
+    ]
+    assert all(f == found[0] for f in found) and all(p.is_absolute() for p in found[0][0])
