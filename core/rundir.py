@@ -210,11 +210,11 @@ def add_attempt_wall(run_dir: str | Path, seconds: float) -> None:
     if the folder is gone (a run abandoned before its first step)."""
     import json
 
+    from wmrl.core.runlog import write_json_atomic
+
     folder = Path(run_dir)
     if not folder.is_dir():
         return
     path = folder / WALL_FILE
     attempts = json.loads(path.read_text()).get("attempts_s", []) if path.is_file() else []
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"attempts_s": [*attempts, float(seconds)]}))
-    tmp.replace(path)
+    write_json_atomic(path, {"attempts_s": [*attempts, float(seconds)]})

@@ -517,9 +517,8 @@ def run_bench(
     start_model = resolve_spec(settings.model, log=log, progress=progress)
     base = _run_overrides(settings)
     # Each run's own config is checked before anything runs (a typo fails at once).
-    for mode in settings.modes:
-        load_config(TrainConfig, None, [*base, f"mode={mode}", "seed=0"])
-    where = _eval_placement(load_config(TrainConfig, None, [*base, f"mode={settings.modes[0]}", "seed=0"]))
+    checked = [load_config(TrainConfig, None, [*base, f"mode={mode}", "seed=0"]) for mode in settings.modes]
+    where = _eval_placement(checked[0])
 
     def evaluate(model: str, seeds: Sequence[int], train_tasks: Sequence[str] | None, dest: Path) -> None:
         if dest.is_file():
@@ -593,15 +592,12 @@ def _eval_placement(train: Any) -> dict[str, Any]:
     ``sandbox.pool=ray`` it runs on this machine with the same backend and the local defaults of
     ``evaluate_policy`` for concurrency and GPUs (the runs' ``workers`` is then the cluster's slot
     count, and their GPUs are the Ray slots')."""
-    device = train.model.device
-    if device == "auto":
-        import torch
+    from wmrl.autoresearch.training.run import _device
 
-        device = "cuda" if torch.cuda.is_available() else "cpu"
     box = train.sandbox
     local = box.pool == "local"
     return {
-        "device": device,
+        "device": _device(train),
         "backend": box.backend,
         "memory_limit_mb": box.memory_limit_mb,
         **(

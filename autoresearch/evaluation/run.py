@@ -293,7 +293,7 @@ def evaluate_policy(
         raise EvalError(f"tasks {repeated} are named more than once in --tasks (by id or by folder)")
     train_ids, source = training_tasks_of(model, train_tasks, mledojo_root=mledojo_root, data_dir=data_dir)
     if not in_sample:
-        check_disjoint([t.id for t in loaded_tasks], train_ids, source)
+        check_disjoint(ids, train_ids, source)
     section = SandboxSection(
         backend=backend,
         time_limit_s=time_limit_s,
