@@ -24,7 +24,8 @@ the runs run (their ``model.device``, sandbox backend, limits, GPU slots and tas
 The table holds, per mode (mean ± SEM over seeds): the held-out valid rate, avg@k (mean over
 categories) and medal share (over the evaluated runs: ``heldout_seeds``), the training reward at the start and the end, the world model's measured calibration
 quality during the run (prequential MSE of the raw and calibrated world-model scores on the anchor
-pairs, and the within-group bias reduction), the realised anchor fraction, and cost two ways kept
+pairs, and the within-group bias reduction, over the steps after the first isotonic fit: before it
+the map is the identity), the realised anchor fraction, and cost two ways kept
 apart: **measured** (wall and accelerator seconds per stream on this machine, from the runs' cost
 reports; a run continued after an interruption counts every attempt's wall time) and **modelled** (the paper's cost structure, :data:`PAPER_COST`: a run's relative cost if
 execution were the share of real-execution GRPO's compute that it was in the paper).
@@ -201,6 +202,24 @@ def _sem(values: Sequence[float | None]) -> float | None:
     return sem([v for v in values if v is not None])
 
 
+def _after_first_fit(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The corrector's rows whose prequential numbers were measured with a fitted isotonic map.
+
+    A step's prequential MSE and bias reduction score the map fitted *before* its pairs, and a row's
+    ``wmrl/calibrated`` is the state after its own refit, so step t was measured with a fitted map
+    when row t-1 says ``calibrated``. Before the first fit the map is the identity: the calibrated
+    MSE equals the raw one and the reduction is 0, which says nothing about calibration, so those
+    steps are left out of both sides of the raw → calibrated comparison."""
+    fitted, out = False, []
+    for row in rows:
+        if "wmrl/calibrated" not in row:
+            continue
+        if fitted and row.get("wmrl/prequential_mse_raw") is not None:
+            out.append(row)
+        fitted = row.get("wmrl/calibrated") == 1
+    return out
+
+
 def _run_numbers(run: Path) -> dict[str, Any] | None:
     """One finished run's numbers, read from its files only (``None`` if it did not finish)."""
     summary, cost, report = (
@@ -219,6 +238,7 @@ def _run_numbers(run: Path) -> dict[str, Any] | None:
         if r.get("wmrl/anchor_fraction_realised") is not None
     ]
     spent = cost.get("spent", {})
+    fitted = _after_first_fit(_rows(run))
     return {
         "evaluated": report is not None,
         "heldout_valid_rate": None if report is None else report.get("valid_rate"),
@@ -226,9 +246,10 @@ def _run_numbers(run: Path) -> dict[str, Any] | None:
         "heldout_medal_rate": None if report is None else report.get("medal_rate"),
         "reward_start": _mean([r["reward"] for r in head]),
         "reward_end": _mean([r["reward"] for r in tail]),
-        "prequential_mse_raw": _mean([r.get("wmrl/prequential_mse_raw") for r in _rows(run)]),
-        "prequential_mse_calibrated": _mean([r.get("wmrl/prequential_mse_calibrated") for r in _rows(run)]),
-        "bias_reduction": _mean([r.get("wmrl/bias_reduction") for r in _rows(run)]),
+        "prequential_mse_raw": _mean([r.get("wmrl/prequential_mse_raw") for r in fitted]),
+        "prequential_mse_calibrated": _mean([r.get("wmrl/prequential_mse_calibrated") for r in fitted]),
+        "bias_reduction": _mean([r.get("wmrl/bias_reduction") for r in fitted]),
+        "calibration_steps": len(fitted),
         "anchor_fraction_realised": realised[-1]
         if realised
         else (1.0 if cost.get("mode") == "real" else None),

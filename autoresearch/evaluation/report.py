@@ -21,6 +21,12 @@ the mean over tasks (what the official scripts compute) is reported next to it, 
 With several seeds (MLE-bench asks for at least 3), every number above is computed per seed; the
 report gives the mean over seeds and the standard error of that mean (``sem`` = sample standard
 deviation over seeds / √seeds; ``None`` with one seed: unknown, not zero).
+
+A seed in which some task has no graded trajectory at all (every one a harness failure) does not
+know that task's score, so its overall, task mean, valid rate and medal rate are unknown (``None``),
+and so is the mean of each category that task belongs to: averaging the remaining tasks would make
+that seed's number one over another task set, and the mean over seeds would mix the two. The seed
+names those tasks (``SeedSummary.ungraded_tasks``); the means over seeds cover the complete seeds.
 """
 
 from __future__ import annotations
@@ -177,7 +183,10 @@ class SeedSummary:
         overall_task_mean: mean avg@k over tasks.
         categories: category -> mean avg@k.
         valid_rate: mean valid rate over tasks.
-        medal_rate: mean medal rate over tasks (``None``: no task has thresholds).
+        medal_rate: mean medal rate over the tasks that award medals (``None``: none does).
+        ungraded_tasks: tasks without one graded trajectory in this seed. When there are any, the
+            seed's overall, task mean, valid and medal rates are ``None`` (unknown), and
+            ``categories`` leaves out the categories of those tasks.
     """
 
     seed: int | None
@@ -186,14 +195,19 @@ class SeedSummary:
     categories: dict[str, float]
     valid_rate: float | None
     medal_rate: float | None
+    ungraded_tasks: list[str] = field(default_factory=list)
 
 
 def _summarise(seed: int | None, tasks: Sequence[TaskReport]) -> SeedSummary:
+    ungraded = [t.task_id for t in tasks if t.graded == 0]
+    unknown_categories = {t.category for t in tasks if t.graded == 0}
     by_category: dict[str, list[float]] = {}
     for t in tasks:
-        if t.avg_position is not None:
+        if t.avg_position is not None and t.category not in unknown_categories:
             by_category.setdefault(t.category, []).append(t.avg_position)
     categories = {c: math.fsum(v) / len(v) for c, v in sorted(by_category.items())}
+    if ungraded:  # a mean over the other tasks would be a number of another task set
+        return SeedSummary(seed, None, None, categories, None, None, ungraded)
     return SeedSummary(
         seed=seed,
         overall=_mean(list(categories.values())),
@@ -312,6 +326,12 @@ class EvalReport:
         lines.append(
             f"valid rate: {pm(self.valid_rate, self.valid_rate_sem)} %   medal rate: {pm(self.medal_rate, self.medal_rate_sem)} %"
         )
+        for s in self.per_seed:
+            if s.ungraded_tasks:
+                lines.append(
+                    f"seed {s.seed}: no graded trajectory on {', '.join(s.ungraded_tasks)} (harness failures): "
+                    "its overall, valid and medal rates are unknown and left out of the means over seeds"
+                )
         return "\n".join(lines)
 
 

@@ -49,17 +49,51 @@ def test_overall_is_the_mean_over_categories_not_over_tasks():
         task_report("b2", "binary", [g("valid", 0.5, 0.75)]),  # 0.5
         task_report("b3", "binary", [g("valid", 0.0, 0.5)]),  # 0.0  -> binary mean 0.5
         task_report("r1", "regression", [g("valid", 0.9, 0.95), g("runtime_error", None, 0.1)]),  # 0.45
-        task_report("x", "multiclass", [g("harness_error")]),  # no graded rollout: left out
+        task_report("r2", "regression", [g("valid", 0.2, 0.6), g("harness_error")]),  # 0.2: 1 graded
     ]
     report = aggregate(tasks, model="m", split="eval", samples=2)
-    assert report.categories == {"binary": pytest.approx(0.5), "regression": pytest.approx(0.45)}
-    assert report.overall == pytest.approx((0.5 + 0.45) / 2)
-    assert report.overall_task_mean == pytest.approx((1.0 + 0.5 + 0.0 + 0.45) / 4)
+    assert report.categories == {"binary": pytest.approx(0.5), "regression": pytest.approx((0.45 + 0.2) / 2)}
+    assert report.overall == pytest.approx((0.5 + 0.325) / 2)
+    assert report.overall_task_mean == pytest.approx((1.0 + 0.5 + 0.0 + 0.45 + 0.2) / 5)
     data = report.to_dict()
     assert "mean over categories" in data["averages"]
     json.dumps(data)  # serialisable
-    text = report.format()
-    assert "overall (mean over categories):  47.5 %" in text
+    assert "overall (mean over categories):  41.2 %" in report.format()
+
+
+def test_a_seed_with_an_ungraded_task_has_unknown_headline_numbers():
+    """Seed 1 graded nothing on b2 (harness failures only): its overall over the other tasks would be a
+    number of another task set, so it is unknown, and the means over seeds are seed 0's and 2's."""
+
+    def seed_rows(seed, b2):
+        return [
+            task_report("b1", "binary", [g("valid", 0.8, 0.9)], seed=seed),
+            task_report("b2", "binary", b2, seed=seed),
+            task_report("r1", "regression", [g("valid", 0.4, 0.7), g("syntax_error", None, 0.0)], seed=seed),
+        ]
+
+    rows = [
+        *seed_rows(0, [g("valid", 0.6, 0.8)]),
+        *seed_rows(1, [g("harness_error"), g("harness_error")]),
+        *seed_rows(2, [g("runtime_error", None, 0.1)]),
+    ]
+    report = aggregate(rows, model="m", split="eval", samples=1)
+    one = report.per_seed[1]
+    assert one.ungraded_tasks == ["b2"]
+    assert (one.overall, one.overall_task_mean, one.valid_rate, one.medal_rate) == (None, None, None, None)
+    assert one.categories == {"regression": pytest.approx(0.2)}  # binary lacks b2: unknown
+    overall = {0: (0.7 + 0.2) / 2, 2: (0.4 + 0.2) / 2}
+    assert [s.overall for s in report.per_seed] == [
+        pytest.approx(overall[0]),
+        None,
+        pytest.approx(overall[2]),
+    ]
+    assert report.overall == pytest.approx((overall[0] + overall[2]) / 2)
+    assert report.valid_rate == pytest.approx(((1 + 1 + 0.5) / 3 + (1 + 0 + 0.5) / 3) / 2)
+    assert report.categories["regression"] == pytest.approx(0.2)  # every seed knows it
+    assert report.categories["binary"] == pytest.approx((0.7 + 0.4) / 2)
+    assert "seed 1: no graded trajectory on b2" in report.format()
+    json.dumps(report.to_dict())  # serialisable
 
 
 def test_disjointness_check_fails_loudly(tmp_path):

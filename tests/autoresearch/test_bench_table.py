@@ -80,3 +80,39 @@ def test_the_held_out_columns_count_the_evaluated_runs_only(tmp_path):
     assert entry["heldout_valid_rate"] == pytest.approx(0.3)
     assert table["complete"] is False
     assert "| wmrl | 3 (held-out: 2) |" in format_table(table)
+
+
+def test_the_calibration_columns_start_after_the_first_isotonic_fit(tmp_path):
+    """Step t's prequential numbers score the map fitted before its pairs (row t-1's ``calibrated``):
+    the steps measured with the identity map (calibrated = raw, reduction 0) are left out of both
+    sides, so the raw → calibrated comparison is over the same steps."""
+    from wmrl.autoresearch.evaluation.bench import bench_table
+
+    out = tmp_path / "bench"
+    run = out / "runs" / "wmrl-s0"
+    _run(
+        run, mode="wmrl", rewards=[0.1, 0.2, 0.3, 0.4], valid_rate=0.5, overall=0.2, wall=100.0, realised=0.5
+    )
+    steps = [  # (calibrated after the step's refit, raw MSE, calibrated MSE, bias reduction)
+        (0.0, 0.40, 0.40, 0.0),  # identity map (nothing fitted yet)
+        (1.0, 0.30, 0.30, 0.0),  # still measured with the identity: the first fit comes after
+        (1.0, 0.20, 0.10, 0.5),
+        (1.0, 0.16, 0.12, 0.25),
+    ]
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    for row, (fitted, raw, cal, reduction) in zip(rows, steps, strict=True):
+        row.update({"wmrl/calibrated": fitted, "wmrl/prequential_mse_raw": raw,
+                    "wmrl/prequential_mse_calibrated": cal, "wmrl/bias_reduction": reduction})  # fmt: skip
+    rows.insert(2, {"step": 2, "loss": 0.1})  # a row of another logger in between changes nothing
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (out / "bench.json").write_text(json.dumps({"modes": ["wmrl"], "seeds": [0]}))
+    numbers = bench_table(out)["modes"]["wmrl"]["runs"][0]
+    assert numbers["calibration_steps"] == 2
+    assert numbers["prequential_mse_raw"] == pytest.approx((0.20 + 0.16) / 2)
+    assert numbers["prequential_mse_calibrated"] == pytest.approx((0.10 + 0.12) / 2)
+    assert numbers["bias_reduction"] == pytest.approx((0.5 + 0.25) / 2)
+    for row in rows:  # a run whose map never got fitted measured no calibration: unknown, not 0
+        row["wmrl/calibrated"] = 0.0
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    numbers = bench_table(out)["modes"]["wmrl"]["runs"][0]
+    assert numbers["calibration_steps"] == 0 and numbers["prequential_mse_calibrated"] is None
