@@ -200,6 +200,46 @@ def from_dict(cls: type[T], data: Mapping[str, Any], _where: str = "") -> T:
         raise UnknownKeyError(err.keys, err.owner, err.known, hints) from None
 
 
+def _is_instance(value: Any) -> bool:
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
+def _section_default(f: dataclasses.Field) -> Any | None:
+    """The default of the field ``f`` when it is a section of settings (a dataclass instance), else ``None``."""
+    if f.default is not dataclasses.MISSING:
+        value = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+    else:
+        return None
+    return value if _is_instance(value) else None
+
+
+def _over_section(default: Any, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings ``given`` for a section, over its field's default instance ``default``.
+
+    A section named in a config or an override keeps the defaults its *parent* gives it for the keys
+    it does not set, not the section class's own: ``wmrl train autoresearch-sft model.device=cuda``
+    keeps that stage's ``model.path`` (``smollm2``, where ``ModelSection`` says ``smollm2-warm``), and
+    ``corrector.scheduler.fraction=0.25`` keeps the domain's calibration defaults. Keys that are not
+    settings stay in, so that they are refused by name.
+    """
+    merged: dict[str, Any] = {}
+    for f in dataclasses.fields(default):
+        if not f.init:
+            continue
+        current = getattr(default, f.name)
+        if f.name in given:
+            value = given[f.name]
+            if _is_instance(current) and isinstance(value, Mapping):
+                value = _over_section(current, value)
+        else:
+            value = _over_section(current, {}) if _is_instance(current) else to_dict(current)
+        merged[f.name] = value
+    merged.update({k: v for k, v in given.items() if k not in merged})
+    return merged
+
+
 def _from_dict(cls: type[T], data: Mapping[str, Any], _where: str = "") -> T:
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a dataclass")
@@ -216,6 +256,9 @@ def _from_dict(cls: type[T], data: Mapping[str, Any], _where: str = "") -> T:
     kwargs = {}
     for name, value in data.items():
         where = f"{_where}.{name}" if _where else name
+        default = _section_default(fields[name])
+        if default is not None and isinstance(value, Mapping):
+            value = _over_section(default, value)
         kwargs[name] = _coerce(value, hints[name], where)
     try:
         return cls(**kwargs)

@@ -39,3 +39,52 @@ def test_file_and_overrides(tmp_path):
         apply_overrides({}, ["oops"])
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(CorrectorConfig, tmp_path / "missing.json")
+
+
+def test_a_section_named_in_an_override_keeps_its_parents_defaults():
+    """A section given in part keeps the defaults its parent's field gives it (its default factory),
+    not the section class's own: the regression was ``model.device=cuda`` turning the warm start's
+    base ``smollm2`` into ``smollm2-warm`` (the warm start itself), and ``corrector.scheduler.fraction``
+    resetting the domain's calibration defaults to the class's."""
+    from dataclasses import dataclass, field
+
+    @dataclass(frozen=True)
+    class Inner:
+        a: int = 1
+        b: int = 2
+
+    @dataclass(frozen=True)
+    class Middle:
+        inner: Inner = field(default_factory=lambda: Inner(a=10, b=20))
+        c: int = 3
+
+    @dataclass(frozen=True)
+    class Outer:
+        middle: Middle = field(default_factory=lambda: Middle(inner=Inner(a=100, b=200), c=300))
+        plain: Inner = field(default_factory=Inner)
+
+    cfg = load_config(Outer, None, ["middle.inner.a=7"])
+    assert cfg.middle == Middle(inner=Inner(a=7, b=200), c=300)
+    assert load_config(Outer, None, ["middle.c=5"]).middle.inner == Inner(a=100, b=200)
+    assert load_config(Outer, None, ["plain.b=9"]).plain == Inner(a=1, b=9)
+    assert from_dict(Outer, {}) == Outer()
+    # a key that is not a setting is still refused by name, inside a defaulted section too
+    with pytest.raises(ConfigError, match=r"middle\.inner\.z"):
+        load_config(Outer, None, ["middle.inner.z=1"])
+
+
+@pytest.mark.trl
+def test_domain_sections_keep_their_domain_defaults():
+    from wmrl.autoresearch.training.config import QUICKSTART_TASKS, TrainConfig
+    from wmrl.autoresearch.training.sft import WarmStartConfig
+
+    sft = load_config(WarmStartConfig, None, ["model.device=cuda"])
+    assert (sft.model.path, sft.model.device) == ("smollm2", "cuda")
+    default = TrainConfig()
+    run = load_config(TrainConfig, None, ["corrector.scheduler.fraction=0.25", "tasks.limit=1"])
+    assert run.corrector.scheduler.fraction == 0.25
+    assert run.corrector.debias == default.corrector.debias and run.corrector.fusion == default.corrector.fusion
+    assert run.tasks.ids == QUICKSTART_TASKS and run.tasks.limit == 1
+    # a setting of another section than the mode's own does not contradict the mode
+    real = load_config(TrainConfig, None, ["mode=real", "corrector.debias.min_pairs=4"])
+    assert real.corrector.scheduler.fraction == 1.0 and real.corrector.debias.min_pairs == 4
