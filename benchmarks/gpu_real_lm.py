@@ -1,0 +1,385 @@
+"""Issue 13 on a GPU: the warm start, the three modes and their evaluations, with the real LM.
+
+Check ``real_lm`` of ``benchmarks/gpu_check.py``. Every stage is the ``wmrl`` command a user runs
+on a CPU, with ``model.device=cuda`` (bf16) and a batch a GPU can take:
+
+1. ``wmrl train autoresearch-sft``: the warm start's recipe (3 LoRA epochs over the training tasks'
+   executed baseline scripts) on the GPU;
+2. ``wmrl train autoresearch`` from it in the modes ``real``, ``world_model`` and ``wmrl``, side by
+   side on the one GPU (same seed, tasks, batch and learning rate). A wall-clock phase, not a step
+   count, bounds them: at its end each run still going gets Ctrl-C (SIGINT: it finishes its step
+   and checkpoints, exit 130) and is then closed at the step it reached by ``--resume steps=N``,
+   which writes its final policy, plots and summary as for any finished run;
+3. ``wmrl eval autoresearch`` of the warm start and of every final policy: in-sample on the
+   training tasks (did the reward rise where it was trained?) and on the held-out tasks.
+
+Each stage's command line, exit code, wall time and log tail go into the returned dict; the run
+and evaluation folders stay under ``work`` (``gpu_check.py`` packs their small files).
+``Plan.rehearsal()`` is the same pipeline sized for a CPU, to try it before a GPU session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+#: The quickstart's two training tasks (``wmrl train autoresearch``'s embedded default).
+QUICKSTART_TASKS = ("penguin-body-mass", "breast-cancer-diagnosis")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the check runs, and how the wall-clock budget is shared between its stages.
+
+    Attributes:
+        device / dtype: where and in what precision the models run.
+        backend / sandbox_workers: real execution (each process's concurrent executions).
+        modes: the GRPO runs, side by side.
+        steps: upper bound on GRPO steps (the training phase's deadline usually ends them first).
+        groups_per_step / group_size / prompts_per_task: a step's batch (8 x 8 = 64 rollouts).
+        learning_rate: LoRA learning rate of every run.
+        anchor_fraction: share of ``wmrl``'s groups executed for real each step.
+        micro_batch_size: rollouts per forward/backward pass of the update.
+        wm_batch_size: world-model prompts per scoring call.
+        max_new_tokens: tokens per reply, in training and evaluation (training's default).
+        sft: overrides of the warm start's ``wmrl train autoresearch-sft`` (beyond the device's).
+        eval_in_samples / eval_out_samples / eval_seeds: trajectories per task and seed, in-sample
+            (the training tasks) and held-out (the bundled ``eval`` split).
+        warm_share / train_share / close_share: the budget's fraction by which the warm start,
+            the GRPO phase and the closing of interrupted runs must end (the warm start's own
+            evaluations run beside the GRPO phase); the final policies' evaluations get the rest.
+    """
+
+    device: str = "cuda"
+    dtype: str = "bfloat16"
+    backend: str = "subprocess"
+    sandbox_workers: int = 6
+    tasks: tuple[str, ...] = QUICKSTART_TASKS
+    modes: tuple[str, ...] = ("real", "world_model", "wmrl")
+    steps: int = 60
+    groups_per_step: int = 8
+    group_size: int = 8
+    prompts_per_task: int = 4
+    learning_rate: float = 1e-3
+    anchor_fraction: float = 0.25
+    micro_batch_size: int = 16
+    wm_batch_size: int = 16
+    max_new_tokens: int = 352
+    sft: tuple[str, ...] = ("micro_batch_size=4", "sandbox.workers=12")
+    eval_in_samples: int = 8
+    eval_out_samples: int = 2
+    eval_seeds: tuple[int, ...] = (0, 1)
+    eval_batch_size: int = 32
+    warm_share: float = 0.4
+    train_share: float = 0.66
+    close_share: float = 0.74
+    extra_train: tuple[str, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def rehearsal(cls) -> Plan:
+        """The same stages sized for a 2-core CPU (minutes): a tiny corpus, 2 rollouts a group."""
+        return cls(
+            device="cpu",
+            dtype="float32",
+            sandbox_workers=2,
+            modes=("real", "wmrl"),
+            steps=3,
+            groups_per_step=2,
+            group_size=2,
+            prompts_per_task=1,
+            micro_batch_size=2,
+            wm_batch_size=2,
+            max_new_tokens=24,
+            sft=(
+                "epochs=1",
+                "corpus.limit=1",
+                "corpus.agent_per_task=1",
+                "corpus.world_model_per_task=0",
+                "sandbox.workers=2",
+            ),
+            eval_in_samples=1,
+            eval_out_samples=1,
+            eval_seeds=(0,),
+            eval_batch_size=2,
+            anchor_fraction=0.5,
+        )
+
+
+@dataclass
+class _Stage:
+    """One ``wmrl`` command of the check, running or done."""
+
+    name: str
+    argv: list[str]
+    log: Path
+    process: subprocess.Popen | None = None
+    started: float = 0.0
+    ended: float | None = None
+    interrupted: bool = False
+
+    def start(self, env: dict[str, str]) -> _Stage:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        handle = self.log.open("w")
+        # Its own session: a signal sent to it reaches neither this script nor the other runs.
+        self.process = subprocess.Popen(
+            self.argv, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        handle.close()
+        self.started = time.perf_counter()
+        return self
+
+    def poll(self) -> int | None:
+        code = self.process.poll() if self.process is not None else None
+        if code is not None and self.ended is None:
+            self.ended = time.perf_counter()
+        return code
+
+    def report(self) -> dict[str, Any]:
+        tail = self.log.read_text(errors="replace")[-2500:] if self.log.is_file() else ""
+        return {
+            "argv": self.argv,
+            "exit_code": self.process.returncode if self.process is not None else None,
+            "seconds": None if self.ended is None else round(self.ended - self.started, 1),
+            "interrupted_at_deadline": self.interrupted,
+            "log_tail": tail,
+        }
+
+
+def _cli() -> list[str]:
+    return [sys.executable, "-m", "wmrl.core.cli"]
+
+
+def _wait(stages: list[_Stage], deadline: float, poll_s: float = 2.0) -> None:
+    """Until every stage has ended or ``deadline`` (``time.perf_counter`` seconds) passed."""
+    while time.perf_counter() < deadline and any(s.poll() is None for s in stages):
+        time.sleep(poll_s)
+
+
+def _stop(stages: list[_Stage], grace_deadline: float) -> None:
+    """Ctrl-C each running stage (it finishes its step and checkpoints), then a second Ctrl-C and a
+    kill for those still running at ``grace_deadline``."""
+    for stage in stages:
+        if stage.poll() is None:
+            stage.interrupted = True
+            stage.process.send_signal(signal.SIGINT)
+    _wait(stages, grace_deadline)
+    for stage in stages:
+        if stage.poll() is None:
+            stage.process.send_signal(signal.SIGINT)
+    _wait(stages, grace_deadline + 20)
+    for stage in stages:
+        if stage.poll() is None:
+            stage.process.kill()
+            stage.process.wait()
+            stage.poll()
+
+
+def _steps_done(run: Path) -> int:
+    """The last checkpoint's step (0: none)."""
+    steps = [int(p.name.split("-")[-1]) for p in (run / "checkpoints").glob("checkpoint-*") if p.is_dir()]
+    return max(steps, default=0)
+
+
+def _metrics(run: Path) -> list[dict[str, Any]]:
+    path = run / "metrics.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+
+
+def _curve(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    keys = ("reward", "executed/valid_rate", "executed/position", "wmrl/anchor_fraction_realised")
+    out: dict[str, list[Any]] = {"step": [r.get("step") for r in rows]}
+    for key in keys:
+        out[key] = [r.get(key) for r in rows]
+    return out
+
+
+def _eval_summary(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    keep = ("valid_rate", "valid_rate_sem", "overall", "overall_sem", "medal_rate", "medal_rate_sem")
+    return {k: data.get(k) for k in keep} | {"wall_s": data.get("wall_s")}
+
+
+def warm_start_command(plan: Plan, out: Path) -> list[str]:
+    """``wmrl train autoresearch-sft`` of the warm start, on the plan's device (after ``wmrl``)."""
+    return [
+        "train", "autoresearch-sft", "--out", str(out), "--no-progress", f"model.device={plan.device}",
+        f"model.dtype={plan.dtype}", f"sandbox.backend={plan.backend}", "logging.report_to=[]", *plan.sft,
+    ]  # fmt: skip
+
+
+def train_command(plan: Plan, out: Path, mode: str, start_model: str) -> list[str]:
+    """``wmrl train autoresearch`` of one mode from ``start_model`` (after ``wmrl``)."""
+    anchors = [f"corrector.scheduler.fraction={plan.anchor_fraction}"] if mode == "wmrl" else []
+    return [
+        "train", "autoresearch", "--out", str(out), "--no-progress", f"mode={mode}",
+        f"model.path={start_model}", f"model.device={plan.device}", f"model.dtype={plan.dtype}",
+        f"sandbox.backend={plan.backend}", f"steps={plan.steps}", f"groups_per_step={plan.groups_per_step}",
+        f"group_size={plan.group_size}", f"tasks.ids=[{','.join(plan.tasks)}]",
+        f"tasks.prompts_per_task={plan.prompts_per_task}", f"grpo.micro_batch_size={plan.micro_batch_size}",
+        f"grpo.max_completion_tokens={plan.max_new_tokens}", f"sandbox.workers={plan.sandbox_workers}",
+        f"world_model.backend.batch_size={plan.wm_batch_size}", f"learning_rate={plan.learning_rate}",
+        "seed=0", "logging.report_to=[]",
+        # a checkpoint every step: a run stopped twice at the deadline loses at most the step in flight
+        "checkpoint.every=1", "checkpoint.keep=1", *anchors, *plan.extra_train,
+    ]  # fmt: skip
+
+
+def close_command(out: Path, steps: int) -> list[str]:
+    """Close a run stopped at the deadline at the step it reached (after ``wmrl``)."""
+    return ["train", "autoresearch", "--out", str(out), "--resume", "--no-progress", f"steps={steps}",
+            "logging.report_to=[]"]  # fmt: skip
+
+
+def eval_commands(plan: Plan, work: Path, name: str, model: str) -> dict[str, list[str]]:
+    """``wmrl eval autoresearch`` of ``model``, in-sample on the training tasks and held-out, by stage
+    name (after ``wmrl``); each writes ``work/eval/<name>-<split>/``."""
+    common = [
+        "--device", plan.device, "--backend", plan.backend, "--temperature", "0.7",
+        "--max-new-tokens", str(plan.max_new_tokens), "--time-limit", "60", "--no-progress", "--json",
+        "--seeds", json.dumps(list(plan.eval_seeds)), f"batch_size={plan.eval_batch_size}",
+        f"sandbox.workers={plan.sandbox_workers}",
+    ]  # fmt: skip
+    out = {}
+    for split, tasks, samples, extra in (
+        ("in_sample", ",".join(plan.tasks), plan.eval_in_samples, ["--in-sample"]),
+        ("held_out", "eval", plan.eval_out_samples, []),
+    ):
+        dest = work / "eval" / f"{name}-{split}"
+        out[f"eval_{name}_{split}"] = [
+            "eval", "autoresearch", "--model", model, "--tasks", tasks, "--samples", str(samples),
+            "--out", str(dest), *common, *extra,
+        ]  # fmt: skip
+    return out
+
+
+def _eval_stages(plan: Plan, work: Path, name: str, model: str) -> list[_Stage]:
+    return [
+        _Stage(stage, [*_cli(), *argv], work / "logs" / f"{stage}.log")
+        for stage, argv in eval_commands(plan, work, name, model).items()
+    ]
+
+
+def run_real_lm(work: Path, budget_s: float, plan: Plan | None = None, log=print) -> dict[str, Any]:
+    """The check (see the module docstring); ``budget_s`` wall seconds from now for all of it."""
+    plan = plan or Plan()
+    t0 = time.perf_counter()
+    at = lambda share: t0 + share * budget_s  # noqa: E731 - a deadline from a share of the budget
+    env = {**os.environ, "OMP_NUM_THREADS": "4", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    out: dict[str, Any] = {"plan": asdict(plan), "budget_s": budget_s}
+
+    # 1. The warm start.
+    warm = work / "warm"
+    sft = _Stage("warm_start", [*_cli(), *warm_start_command(plan, warm)], work / "logs" / "warm_start.log")
+    sft.start(env)
+    log(f"[real_lm] warm start on {plan.device} ...")
+    _wait([sft], at(plan.warm_share))
+    _stop([sft], at(plan.warm_share) + 5)
+    out["warm_start"] = sft.report()
+    if sft.process.returncode != 0 or not (warm / "final").is_dir():
+        out["error"] = "the warm start did not finish; nothing else ran"
+        return out
+    summary = warm / "run_summary.json"
+    out["warm_start"]["summary"] = json.loads(summary.read_text()) if summary.is_file() else None
+    corpus = warm / "corpus_report.json"
+    out["warm_start"]["corpus_report"] = json.loads(corpus.read_text()) if corpus.is_file() else None
+    start_model = str(warm / "final")
+
+    # 2. The three modes side by side.
+    runs = {
+        mode: _Stage(
+            mode,
+            [*_cli(), *train_command(plan, work / mode, mode, start_model)],
+            work / "logs" / f"train_{mode}.log",
+        )
+        for mode in plan.modes
+    }
+    for stage in runs.values():
+        stage.start(env)
+    start_evals = _eval_stages(plan, work, "start", start_model)
+    for stage in start_evals:
+        stage.start(env)
+    log(
+        f"[real_lm] training {list(runs)} side by side until {plan.train_share:.0%} of the budget, "
+        "the warm start's evaluations beside them ..."
+    )
+    _wait(list(runs.values()), at(plan.train_share))
+    _stop(list(runs.values()), at(plan.train_share) + 0.5 * (plan.close_share - plan.train_share) * budget_s)
+
+    # Close the interrupted runs at the step they reached: final policy, plots, summary.
+    closing = []
+    for mode, stage in runs.items():
+        done = _steps_done(work / mode)
+        if stage.process.returncode != 0 and done > 0:
+            closing.append(
+                _Stage(
+                    f"close_{mode}",
+                    [*_cli(), *close_command(work / mode, done)],
+                    work / "logs" / f"close_{mode}.log",
+                )
+            )
+    for stage in closing:
+        stage.start(env)
+    _wait(closing, at(plan.close_share))
+    _stop(closing, at(plan.close_share) + 5)
+    out["runs"] = {}
+    for mode, stage in runs.items():
+        run = work / mode
+        rows = _metrics(run)
+        summary = run / "run_summary.json"
+        cost = run / "cost_report.json"
+        out["runs"][mode] = {
+            **stage.report(),
+            "steps_done": _steps_done(run),
+            "curve": _curve(rows),
+            "step_seconds": [r.get("step_time") for r in rows],
+            "summary": json.loads(summary.read_text()) if summary.is_file() else None,
+            "cost_report": json.loads(cost.read_text()) if cost.is_file() else None,
+        }
+    out["closing"] = {s.name: s.report() for s in closing}
+
+    # 3. Evaluations of every final policy (the warm start's ran beside the GRPO phase).
+    finals = {m: str(work / m / "final") for m in runs if (work / m / "final").is_dir()}
+    evals = [stage for name, model in finals.items() for stage in _eval_stages(plan, work, name, model)]
+    for stage in evals:
+        stage.start(env)
+    log(f"[real_lm] {len(evals)} evaluations of the final policies side by side ...")
+    _wait([*start_evals, *evals], t0 + budget_s)
+    _stop([*start_evals, *evals], t0 + budget_s + 5)
+    out["evaluations"] = {}
+    for stage in [*start_evals, *evals]:
+        dest = Path(stage.argv[stage.argv.index("--out") + 1])
+        report = stage.report()
+        report["summary"] = _eval_summary(dest / "eval_report.json")
+        out["evaluations"][stage.name] = report
+    out["seconds"] = round(time.perf_counter() - t0, 1)
+    return out
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--budget-s", type=float, default=480)
+    parser.add_argument("--rehearsal", action="store_true", help="the CPU-sized plan")
+    parser.add_argument("--plan", default="{}", help="JSON of Plan fields to change")
+    args = parser.parse_args()
+    plan = Plan.rehearsal() if args.rehearsal else Plan()
+    changes = json.loads(args.plan)
+    plan = replace(plan, **{k: tuple(v) if isinstance(v, list) else v for k, v in changes.items()})
+    result = run_real_lm(args.work, args.budget_s, plan)
+    (args.work / "real_lm.json").write_text(json.dumps(result, indent=2, default=str))
+    print(json.dumps({k: v for k, v in result.items() if k != "plan"}, indent=1, default=str)[:6000])
+
+
+if __name__ == "__main__":
+    main()
