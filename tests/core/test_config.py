@@ -83,7 +83,9 @@ def test_domain_sections_keep_their_domain_defaults():
     default = TrainConfig()
     run = load_config(TrainConfig, None, ["corrector.scheduler.fraction=0.25", "tasks.limit=1"])
     assert run.corrector.scheduler.fraction == 0.25
-    assert run.corrector.debias == default.corrector.debias and run.corrector.fusion == default.corrector.fusion
+    assert (
+        run.corrector.debias == default.corrector.debias and run.corrector.fusion == default.corrector.fusion
+    )
     assert run.tasks.ids == QUICKSTART_TASKS and run.tasks.limit == 1
     # a setting of another section than the mode's own does not contradict the mode
     real = load_config(TrainConfig, None, ["mode=real", "corrector.debias.min_pairs=4"])
