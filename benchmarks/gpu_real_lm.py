@@ -188,8 +188,10 @@ def _steps_done(run: Path) -> int:
 
 
 def _metrics(run: Path) -> list[dict[str, Any]]:
+    """The run's per-step rows (not the end-of-training summary rows a closing ``--resume`` adds)."""
     path = run / "metrics.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+    return [r for r in rows if "reward" in r]
 
 
 def _curve(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
