@@ -74,7 +74,8 @@ class SandboxPool:
     """Run solutions ``slots`` at a time through ``sandbox``, with an optional result cache.
 
     Args:
-        sandbox: any :class:`~.base.Sandbox`.
+        sandbox: any :class:`~.base.Sandbox`, or a wrapper whose ``sandbox`` is one (its ``run``
+            is called; every other attribute is the wrapped backend's).
         slots: concurrent executions (>= 1).
         cache: ``None`` (off), ``"memory"``, or a folder path for the on-disk cache.
         cache_max_entries: bound of the in-memory cache (least recently used evicted).
@@ -91,8 +92,10 @@ class SandboxPool:
         cache_max_entries: int = 4096,
         cache_max_bytes: int = 256 * 2**20,
     ) -> None:
-        if not isinstance(sandbox, Sandbox):
-            raise TypeError(f"sandbox must be a Sandbox; got {type(sandbox).__name__}")
+        # A Sandbox, or a wrapper that runs through one (the training's per-slot GPUs, DeviceSlots,
+        # sit between the pool and the backend and hand everything else to the backend).
+        if not isinstance(sandbox, Sandbox) and not isinstance(getattr(sandbox, "sandbox", None), Sandbox):
+            raise TypeError(f"sandbox must be a Sandbox or wrap one; got {type(sandbox).__name__}")
         if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
             raise ValueError(f"slots must be an int >= 1; got {slots!r}")
         if (

@@ -124,3 +124,29 @@ def test_a_ray_pool_gives_its_slots_gpus_through_ray_and_every_execution_asks_fo
 
     inner = Recorder()
     assert RequestGPU(inner).run("print(1)", ".", None) == "ran" and inner.limits.gpu is True
+
+
+def test_the_training_grader_runs_each_execution_on_its_slot(tmp_path, monkeypatch):
+    """What ``wmrl train autoresearch sandbox.gpus=[0,1]`` builds, end to end on the subprocess backend
+    (this machine's missing devices pretended present): the pool takes the slot wrapper (it refused it,
+    a TypeError that only a GPU machine reached) and every execution sees its slot's device."""
+    from wmrl.autoresearch.sandbox import Limits
+    from wmrl.autoresearch.training import devices
+    from wmrl.autoresearch.training.config import SandboxSection
+    from wmrl.autoresearch.training.run import build_grader
+
+    monkeypatch.setattr(devices, "missing_gpus", lambda gpus, visible=None: [])
+    grader = build_grader(SandboxSection(backend="subprocess", gpus=(0, 1), workers=2, cache=False))
+    pool = grader.sandbox
+    assert isinstance(pool.sandbox, devices.DeviceSlots)
+    data = tmp_path / "data"
+    data.mkdir()
+    code = "import os; print('DEV', os.environ.get('CUDA_VISIBLE_DEVICES'))"
+    try:
+        futures = [pool.submit(code, data, Limits(wall_time_s=30, memory_mb=512)) for _ in range(2)]
+        results = [f.result(timeout=120) for f in futures]
+    finally:
+        pool.close()
+    assert all(r.status == "ok" for r in results), [r.reason for r in results]
+    seen = sorted(r.stdout_tail.split("DEV", 1)[1].split()[0] for r in results)
+    assert seen in (["0", "1"], ["0", "0"], ["1", "1"]) and len(pool.sandbox.assignments) == 2
