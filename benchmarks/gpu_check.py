@@ -333,11 +333,13 @@ def check_embodied_gpu(repeats: int = 20) -> dict[str, Any]:
     }
 
 
-def check_real_lm(work: Path, budget_s: float, rehearsal: bool = False) -> dict[str, Any]:
+def check_real_lm(
+    work: Path, budget_s: float, rehearsal: bool = False, changes: str = "{}"
+) -> dict[str, Any]:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from gpu_real_lm import Plan, run_real_lm
 
-    plan = Plan.rehearsal() if rehearsal else Plan()
+    plan = (Plan.rehearsal() if rehearsal else Plan()).changed(json.loads(changes))
     result = run_real_lm(work / "real_lm", budget_s, plan, log=lambda m: print(m, flush=True))
     if "error" in result:
         raise RuntimeError(f"{result['error']} (the stages' logs are in the report)")
@@ -355,7 +357,13 @@ def main() -> None:
         "--budget-s",
         type=float,
         default=480,
-        help="wall seconds for everything; real_lm gets all but a minute",
+        help="wall seconds for everything; real_lm gets all but --reserve-s",
+    )
+    parser.add_argument(
+        "--reserve-s", type=float, default=60, help="wall seconds kept for the checks after real_lm"
+    )
+    parser.add_argument(
+        "--plan", default="{}", help='real_lm\'s plan changes as JSON, e.g. \'{"modes": ["real"]}\''
     )
     parser.add_argument(
         "--rehearsal",
@@ -393,7 +401,7 @@ def main() -> None:
         outcome = {True: "ok", None: f"skipped ({report[name].get('skipped')})"}.get(report[name]["ok"])
         print(f"[gpu_check] {name}: {outcome or report[name]['error']}", flush=True)
 
-    run("real_lm", check_real_lm, work, max(args.budget_s - 60, 60), args.rehearsal)
+    run("real_lm", check_real_lm, work, max(args.budget_s - args.reserve_s, 60), args.rehearsal, args.plan)
     run("sandbox_gpu_slot", check_sandbox_gpu_slot)
     run("embodied_gpu", check_embodied_gpu)
     run("vllm_generation", check_vllm_generation)

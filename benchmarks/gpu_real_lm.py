@@ -10,8 +10,9 @@ on a CPU, with ``model.device=cuda`` (bf16) and a batch a GPU can take:
    count, bounds them: at its end each run still going gets Ctrl-C (SIGINT: it finishes its step
    and checkpoints, exit 130) and is then closed at the step it reached by ``--resume steps=N``,
    which writes its final policy, plots and summary as for any finished run;
-3. ``wmrl eval autoresearch`` of the warm start and of every final policy: in-sample on the
-   training tasks (did the reward rise where it was trained?) and on the held-out tasks.
+3. ``wmrl eval autoresearch`` of the warm start (beside the GRPO phase) and of every run's last
+   checkpoint (beside the closing): in-sample on the training tasks (did the reward rise where it
+   was trained?) and on the held-out tasks.
 
 Each stage's command line, exit code, wall time and log tail go into the returned dict; the run
 and evaluation folders stay under ``work`` (``gpu_check.py`` packs their small files).
@@ -52,9 +53,11 @@ class Plan:
         sft: overrides of the warm start's ``wmrl train autoresearch-sft`` (beyond the device's).
         eval_in_samples / eval_out_samples / eval_seeds: trajectories per task and seed, in-sample
             (the training tasks) and held-out (the bundled ``eval`` split).
-        warm_share / train_share / close_share: the budget's fraction by which the warm start,
-            the GRPO phase and the closing of interrupted runs must end (the warm start's own
-            evaluations run beside the GRPO phase); the final policies' evaluations get the rest.
+        held_out: also evaluate on the held-out tasks (in-sample alone answers "did it learn").
+        warm_share: the budget's fraction by which the warm start must end.
+        stop_grace_s: seconds a run may take to finish its step after the Ctrl-C at the deadline.
+        eval_reserve_s: seconds kept at the end for the evaluations of the runs' last checkpoints
+            (the warm start's run beside the GRPO phase); GRPO gets everything in between.
     """
 
     device: str = "cuda"
@@ -77,10 +80,15 @@ class Plan:
     eval_out_samples: int = 2
     eval_seeds: tuple[int, ...] = (0, 1)
     eval_batch_size: int = 32
-    warm_share: float = 0.4
-    train_share: float = 0.66
-    close_share: float = 0.74
+    held_out: bool = True
+    warm_share: float = 0.45
+    stop_grace_s: float = 45.0
+    eval_reserve_s: float = 90.0
     extra_train: tuple[str, ...] = field(default_factory=tuple)
+
+    def changed(self, changes: dict[str, Any]) -> Plan:
+        """This plan with the fields in ``changes`` replaced (lists become tuples)."""
+        return replace(self, **{k: tuple(v) if isinstance(v, list) else v for k, v in changes.items()})
 
     @classmethod
     def rehearsal(cls) -> Plan:
@@ -109,6 +117,8 @@ class Plan:
             eval_seeds=(0,),
             eval_batch_size=2,
             anchor_fraction=0.5,
+            stop_grace_s=60.0,
+            eval_reserve_s=300.0,
         )
 
 
@@ -251,10 +261,10 @@ def eval_commands(plan: Plan, work: Path, name: str, model: str) -> dict[str, li
         f"sandbox.workers={plan.sandbox_workers}",
     ]  # fmt: skip
     out = {}
-    for split, tasks, samples, extra in (
-        ("in_sample", ",".join(plan.tasks), plan.eval_in_samples, ["--in-sample"]),
-        ("held_out", "eval", plan.eval_out_samples, []),
-    ):
+    splits = [("in_sample", ",".join(plan.tasks), plan.eval_in_samples, ["--in-sample"])]
+    if plan.held_out:
+        splits.append(("held_out", "eval", plan.eval_out_samples, []))
+    for split, tasks, samples, extra in splits:
         dest = work / "eval" / f"{name}-{split}"
         out[f"eval_{name}_{split}"] = [
             "eval", "autoresearch", "--model", model, "--tasks", tasks, "--samples", str(samples),
@@ -309,18 +319,21 @@ def run_real_lm(work: Path, budget_s: float, plan: Plan | None = None, log=print
     start_evals = _eval_stages(plan, work, "start", start_model)
     for stage in start_evals:
         stage.start(env)
-    log(
-        f"[real_lm] training {list(runs)} side by side until {plan.train_share:.0%} of the budget, "
-        "the warm start's evaluations beside them ..."
-    )
-    _wait(list(runs.values()), at(plan.train_share))
-    _stop(list(runs.values()), at(plan.train_share) + 0.5 * (plan.close_share - plan.train_share) * budget_s)
+    log(f"[real_lm] training {list(runs)} side by side, the warm start's evaluations beside them ...")
+    train_end = t0 + budget_s - plan.stop_grace_s - plan.eval_reserve_s
+    _wait(list(runs.values()), train_end)
+    _stop(list(runs.values()), train_end + plan.stop_grace_s - 20)  # (_stop adds 20 s for a hard stop)
 
-    # Close the interrupted runs at the step they reached: final policy, plots, summary.
-    closing = []
+    # Each run's last checkpoint is evaluated at once; beside that, the runs stopped at the deadline
+    # are closed at the step they reached (final policy, plots, summary), as a user would.
+    evals, closing = [], []
     for mode, stage in runs.items():
         done = _steps_done(work / mode)
-        if stage.process.returncode != 0 and done > 0:
+        if done == 0:
+            continue
+        checkpoint = str(work / mode / "checkpoints" / f"checkpoint-{done}")
+        evals += _eval_stages(plan, work, mode, checkpoint)
+        if stage.process.returncode != 0:
             closing.append(
                 _Stage(
                     f"close_{mode}",
@@ -328,10 +341,13 @@ def run_real_lm(work: Path, budget_s: float, plan: Plan | None = None, log=print
                     work / "logs" / f"close_{mode}.log",
                 )
             )
-    for stage in closing:
+    for stage in [*evals, *closing]:
         stage.start(env)
-    _wait(closing, at(plan.close_share))
-    _stop(closing, at(plan.close_share) + 5)
+    log(
+        f"[real_lm] {len(evals)} evaluations of the runs' last checkpoints, {len(closing)} runs closed beside them ..."
+    )
+    _wait([*start_evals, *evals, *closing], t0 + budget_s)
+    _stop([*start_evals, *evals, *closing], t0 + budget_s + 5)
     out["runs"] = {}
     for mode, stage in runs.items():
         run = work / mode
@@ -347,15 +363,6 @@ def run_real_lm(work: Path, budget_s: float, plan: Plan | None = None, log=print
             "cost_report": json.loads(cost.read_text()) if cost.is_file() else None,
         }
     out["closing"] = {s.name: s.report() for s in closing}
-
-    # 3. Evaluations of every final policy (the warm start's ran beside the GRPO phase).
-    finals = {m: str(work / m / "final") for m in runs if (work / m / "final").is_dir()}
-    evals = [stage for name, model in finals.items() for stage in _eval_stages(plan, work, name, model)]
-    for stage in evals:
-        stage.start(env)
-    log(f"[real_lm] {len(evals)} evaluations of the final policies side by side ...")
-    _wait([*start_evals, *evals], t0 + budget_s)
-    _stop([*start_evals, *evals], t0 + budget_s + 5)
     out["evaluations"] = {}
     for stage in [*start_evals, *evals]:
         dest = Path(stage.argv[stage.argv.index("--out") + 1])
@@ -375,9 +382,7 @@ def main() -> None:
     parser.add_argument("--rehearsal", action="store_true", help="the CPU-sized plan")
     parser.add_argument("--plan", default="{}", help="JSON of Plan fields to change")
     args = parser.parse_args()
-    plan = Plan.rehearsal() if args.rehearsal else Plan()
-    changes = json.loads(args.plan)
-    plan = replace(plan, **{k: tuple(v) if isinstance(v, list) else v for k, v in changes.items()})
+    plan = (Plan.rehearsal() if args.rehearsal else Plan()).changed(json.loads(args.plan))
     result = run_real_lm(args.work, args.budget_s, plan)
     (args.work / "real_lm.json").write_text(json.dumps(result, indent=2, default=str))
     print(json.dumps({k: v for k, v in result.items() if k != "plan"}, indent=1, default=str)[:6000])

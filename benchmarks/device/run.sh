@@ -3,12 +3,15 @@
 # machine): join the model's two parts, run benchmarks/gpu_check.py within BUDGET_S seconds, and
 # pack the small files of every run and evaluation into $OUT (what comes back: at most 8 files).
 #
-#   bash benchmarks/device/run.sh [BUDGET_S]        # default 480; gpu_check.py's --budget-s
+#   bash benchmarks/device/run.sh [BUDGET_S [RESERVE_S [PLAN_JSON]]]
+#       gpu_check.py's --budget-s (default 480), --reserve-s (60) and --plan ({}: real_lm's Plan)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 STAGE=/tmp/wmrl-device
 OUT="${OUT:-$STAGE/out}"
 BUDGET_S="${1:-480}"
+RESERVE_S="${2:-60}"
+PLAN="${3:-"{}"}"
 mkdir -p "$OUT"
 if [ ! -f "$STAGE/ready" ]; then
   echo "run.sh: $STAGE is not prepared (a fresh machine, or prepare.sh failed): run benchmarks/device/prepare.sh in the call before" >&2
@@ -46,4 +49,5 @@ EOF
 
 mkdir -p "$STAGE/work"
 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check.json" --work "$STAGE/work" --budget-s "$BUDGET_S" \
+  --reserve-s "$RESERVE_S" --plan "$PLAN" \
   2>&1 | tee "$STAGE/work/gpu_check.log"
