@@ -240,8 +240,11 @@ def check_grpo_vllm_colocate(out_dir: Path) -> dict[str, Any]:
 
 _SLOT_CODE = (
     "import os, torch\n"
-    "print('DEVICES', os.environ.get('CUDA_VISIBLE_DEVICES'), torch.cuda.device_count(), "
-    "torch.cuda.get_device_name(0) if torch.cuda.is_available() else '-')\n"
+    "try:\n"
+    "    torch.cuda.init(); name = torch.cuda.get_device_name(0)\n"
+    "except Exception as err:\n"
+    "    name = f'no CUDA: {type(err).__name__}: {err}'.replace(chr(10), ' ')[:300]\n"
+    "print('DEVICES', os.environ.get('CUDA_VISIBLE_DEVICES'), torch.cuda.device_count(), name)\n"
 )
 
 
@@ -255,6 +258,7 @@ def check_sandbox_gpu_slot(backend: str = "subprocess") -> dict[str, Any]:
     task = make_toy_task(Path(tempfile.mkdtemp(prefix="wmrl-gpu-")))
     grader = build_grader(SandboxSection(backend=backend, gpus=(0,), workers=1, time_limit_s=120))
     pool = grader.sandbox
+    protections = pool.sandbox.sandbox.protections()
     try:
         result = pool.run(_SLOT_CODE + TOY_SOLUTION, task.public_dir, Limits(wall_time_s=120, memory_mb=8192))
         unslotted = pool.sandbox.sandbox.run(
@@ -263,10 +267,18 @@ def check_sandbox_gpu_slot(backend: str = "subprocess") -> dict[str, Any]:
     finally:
         pool.close()
     seen = lambda r: next((x for x in r.stdout_tail.splitlines() if x.startswith("DEVICES")), None)  # noqa: E731
+    described = lambda r: {  # noqa: E731
+        "status": r.status,
+        "seen": seen(r),
+        "reason": r.reason,
+        "warnings": r.warnings,
+        "resources": r.resources.to_dict(),
+    }
     return {
         "backend": backend,
-        "with_slot": {"status": result.status, "seen": seen(result), "reason": result.reason},
-        "without_slot": {"status": unslotted.status, "seen": seen(unslotted), "reason": unslotted.reason},
+        "protections": protections,
+        "with_slot": described(result),
+        "without_slot": described(unslotted),
     }
 
 

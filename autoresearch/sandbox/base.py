@@ -282,12 +282,21 @@ class LocalSandbox(Sandbox):
                 warnings.append(
                     f"the CPU controllers could not be set ({group.cpu_problem}); CPUs bounded by affinity"
                 )
+            # Without a cgroup, virtual memory per process is the only hard memory bound we have,
+            # except on a GPU: CUDA maps far more address space than it uses (unified addressing),
+            # and under RLIMIT_AS it does not initialise at all. A GPU execution without a cgroup
+            # is bounded by the polled tree-RSS watchdog alone, and says so.
+            address_space = group is None and limits.gpu is False
+            if group is None and not address_space:
+                warnings.append(
+                    "no cgroup and a GPU: memory is bounded by the polled resident-memory watchdog only "
+                    "(RLIMIT_AS would keep CUDA from initialising)"
+                )
             rlimits = {
                 "FSIZE": limits.file_size_bytes,
                 "NOFILE": limits.open_files,
                 "CORE": 0,
-                # Without a cgroup, virtual memory per process is the only hard memory bound we have.
-                "AS": None if group is not None else limits.memory_bytes,
+                "AS": limits.memory_bytes if address_space else None,
             }
             dest = self.output_root / execution_id / SUBMISSION_NAME
             (stage / "solution.py").write_text(code, encoding="utf-8")

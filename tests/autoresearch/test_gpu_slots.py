@@ -150,3 +150,25 @@ def test_the_training_grader_runs_each_execution_on_its_slot(tmp_path, monkeypat
     assert all(r.status == "ok" for r in results), [r.reason for r in results]
     seen = sorted(r.stdout_tail.split("DEV", 1)[1].split()[0] for r in results)
     assert seen in (["0", "1"], ["0", "0"], ["1", "1"]) and len(pool.sandbox.assignments) == 2
+
+
+def test_without_a_cgroup_a_gpu_execution_gets_no_address_space_limit(tmp_path):
+    """CUDA does not initialise under RLIMIT_AS (it maps far more address space than it uses): the
+    GPU check's solution saw its slot's device but ``torch.cuda.is_available()`` False. Without a
+    cgroup a GPU execution is bounded by the resident-memory watchdog instead, and says so; a CPU
+    execution keeps the address-space limit."""
+    from wmrl.autoresearch.sandbox import Limits, make_sandbox
+
+    data = tmp_path / "data"
+    data.mkdir()
+    sandbox = make_sandbox("subprocess", cgroups=False)
+    code = "import resource; print('AS', resource.getrlimit(resource.RLIMIT_AS)[0])"
+    seen = {}
+    for gpu in (False, (0,)):
+        result = sandbox.run(code, data, Limits(wall_time_s=30, memory_mb=512, gpu=gpu))
+        assert result.status == "ok", result.reason
+        seen[gpu] = int(result.stdout_tail.split("AS", 1)[1].split()[0])
+        watchdog_only = any("resident-memory watchdog only" in w for w in result.warnings)
+        assert watchdog_only is (gpu is not False)
+    assert seen[False] == 512 * 2**20
+    assert seen[(0,)] == -1  # RLIM_INFINITY
