@@ -199,9 +199,14 @@ def _steps_done(run: Path) -> int:
 
 def _metrics(run: Path) -> list[dict[str, Any]]:
     """The run's per-step rows (not the end-of-training summary rows a closing ``--resume`` adds)."""
-    path = run / "metrics.jsonl"
-    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
-    return [r for r in rows if "reward" in r]
+    from wmrl.core.runlog import read_metrics
+
+    return [r for r in read_metrics(run) if "reward" in r]
+
+
+def _json(path: Path) -> Any:
+    """A JSON file a stage may or may not have written (``None``: it did not)."""
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def _curve(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
@@ -213,11 +218,9 @@ def _curve(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
 
 
 def _eval_summary(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
-        return None
-    data = json.loads(path.read_text())
+    data = _json(path)
     keep = ("valid_rate", "valid_rate_sem", "overall", "overall_sem", "medal_rate", "medal_rate_sem")
-    return {k: data.get(k) for k in keep} | {"wall_s": data.get("wall_s")}
+    return None if data is None else {k: data.get(k) for k in keep}
 
 
 def warm_start_command(plan: Plan, out: Path) -> list[str]:
@@ -284,7 +287,6 @@ def run_real_lm(work: Path, budget_s: float, plan: Plan | None = None, log=print
     """The check (see the module docstring); ``budget_s`` wall seconds from now for all of it."""
     plan = plan or Plan()
     t0 = time.perf_counter()
-    at = lambda share: t0 + share * budget_s  # noqa: E731 - a deadline from a share of the budget
     env = {**os.environ, "OMP_NUM_THREADS": "4", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
     out: dict[str, Any] = {"plan": asdict(plan), "budget_s": budget_s}
 
@@ -293,16 +295,15 @@ def run_real_lm(work: Path, budget_s: float, plan: Plan | None = None, log=print
     sft = _Stage("warm_start", [*_cli(), *warm_start_command(plan, warm)], work / "logs" / "warm_start.log")
     sft.start(env)
     log(f"[real_lm] warm start on {plan.device} ...")
-    _wait([sft], at(plan.warm_share))
-    _stop([sft], at(plan.warm_share) + 5)
+    warm_end = t0 + plan.warm_share * budget_s
+    _wait([sft], warm_end)
+    _stop([sft], warm_end + 5)
     out["warm_start"] = sft.report()
     if sft.process.returncode != 0 or not (warm / "final").is_dir():
         out["error"] = "the warm start did not finish; nothing else ran"
         return out
-    summary = warm / "run_summary.json"
-    out["warm_start"]["summary"] = json.loads(summary.read_text()) if summary.is_file() else None
-    corpus = warm / "corpus_report.json"
-    out["warm_start"]["corpus_report"] = json.loads(corpus.read_text()) if corpus.is_file() else None
+    out["warm_start"]["summary"] = _json(warm / "run_summary.json")
+    out["warm_start"]["corpus_report"] = _json(warm / "corpus_report.json")
     start_model = str(warm / "final")
 
     # 2. The three modes side by side.
@@ -352,15 +353,13 @@ def run_real_lm(work: Path, budget_s: float, plan: Plan | None = None, log=print
     for mode, stage in runs.items():
         run = work / mode
         rows = _metrics(run)
-        summary = run / "run_summary.json"
-        cost = run / "cost_report.json"
         out["runs"][mode] = {
             **stage.report(),
             "steps_done": _steps_done(run),
             "curve": _curve(rows),
             "step_seconds": [r.get("step_time") for r in rows],
-            "summary": json.loads(summary.read_text()) if summary.is_file() else None,
-            "cost_report": json.loads(cost.read_text()) if cost.is_file() else None,
+            "summary": _json(run / "run_summary.json"),
+            "cost_report": _json(run / "cost_report.json"),
         }
     out["closing"] = {s.name: s.report() for s in closing}
     out["evaluations"] = {}

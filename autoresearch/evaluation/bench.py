@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from wmrl.autoresearch.evaluation.bench_wm_tuning import DEFAULT_TUNING
+from wmrl.core.runlog import read_metrics
 
 __all__ = [
     "PAPER_COST",
@@ -186,11 +187,6 @@ def _load(path: Path) -> Any:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _rows(run: Path) -> list[dict[str, Any]]:
-    path = run / "metrics.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
-
-
 def _mean(values: Sequence[float | None]) -> float | None:
     known = [float(v) for v in values if v is not None and math.isfinite(float(v))]
     return math.fsum(known) / len(known) if known else None
@@ -229,16 +225,16 @@ def _run_numbers(run: Path) -> dict[str, Any] | None:
     )
     if summary is None or cost is None:
         return None
-    rows = [r for r in _rows(run) if r.get("reward") is not None]
+    rows = [r for r in read_metrics(run) if r.get("reward") is not None]
     head = rows[: max(1, len(rows) // 4)] if rows else []
     tail = rows[-max(1, len(rows) // 4) :] if rows else []
     realised = [
         r["wmrl/anchor_fraction_realised"]
-        for r in _rows(run)
+        for r in read_metrics(run)
         if r.get("wmrl/anchor_fraction_realised") is not None
     ]
     spent = cost.get("spent", {})
-    fitted = _after_first_fit(_rows(run))
+    fitted = _after_first_fit(read_metrics(run))
     return {
         "evaluated": report is not None,
         "heldout_valid_rate": None if report is None else report.get("valid_rate"),
@@ -399,7 +395,7 @@ def _plot(out: Path, table: dict[str, Any]) -> Path | None:
     drawn = False
     for mode in table["modes"]:
         for k, run in enumerate(_mode_runs(out, mode)):
-            rows = [r for r in _rows(run) if r.get("reward") is not None]
+            rows = [r for r in read_metrics(run) if r.get("reward") is not None]
             if not rows:
                 continue
             spent, xs = 0.0, []
