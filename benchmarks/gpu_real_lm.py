@@ -42,7 +42,12 @@ class Plan:
     Attributes:
         device / dtype: where and in what precision the models run.
         backend / sandbox_workers: real execution (each process's concurrent executions).
-        modes: the GRPO runs, side by side.
+        modes: the GRPO runs, side by side, one per mode and seed.
+        seeds: the training seeds of every mode (runs are named ``<mode>`` for one seed,
+            ``<mode>-s<seed>`` for several).
+        variants: further runs beside them, by name: ``wmrl train autoresearch`` settings appended
+            to the plan's (a later setting wins), e.g. the CPU quickstart's own batch; they are
+            evaluated in-sample only.
         steps: upper bound on GRPO steps (the training phase's deadline usually ends them first).
         groups_per_step / group_size / prompts_per_task: a step's batch (8 x 8 = 64 rollouts).
         learning_rate: LoRA learning rate of every run.
@@ -54,6 +59,8 @@ class Plan:
         eval_in_samples / eval_out_samples / eval_seeds: trajectories per task and seed, in-sample
             (the training tasks) and held-out (the bundled ``eval`` split).
         held_out: also evaluate on the held-out tasks (in-sample alone answers "did it learn").
+        threads_per_process: ``OMP_NUM_THREADS`` of every stage (the machine's cores are shared by
+            all the stages running at once).
         warm_share: the budget's fraction by which the warm start must end.
         stop_grace_s: seconds a run may take to finish its step after the Ctrl-C at the deadline.
         eval_reserve_s: seconds kept at the end for the evaluations of the runs' last checkpoints
@@ -66,6 +73,8 @@ class Plan:
     sandbox_workers: int = 6
     tasks: tuple[str, ...] = QUICKSTART_TASKS
     modes: tuple[str, ...] = ("real", "world_model", "wmrl")
+    seeds: tuple[int, ...] = (0,)
+    variants: dict[str, tuple[str, ...]] = field(default_factory=dict)
     steps: int = 60
     groups_per_step: int = 8
     group_size: int = 8
@@ -85,10 +94,36 @@ class Plan:
     stop_grace_s: float = 45.0
     eval_reserve_s: float = 90.0
     extra_train: tuple[str, ...] = field(default_factory=tuple)
+    threads_per_process: int = 4
 
     def changed(self, changes: dict[str, Any]) -> Plan:
         """This plan with the fields in ``changes`` replaced (lists become tuples)."""
-        return replace(self, **{k: tuple(v) if isinstance(v, list) else v for k, v in changes.items()})
+
+        def frozen(value: Any) -> Any:
+            if isinstance(value, dict):
+                return {k: frozen(v) for k, v in value.items()}
+            return tuple(value) if isinstance(value, list) else value
+
+        unknown = set(changes) - set(self.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown plan fields {sorted(unknown)}")
+        return replace(self, **{k: frozen(v) for k, v in changes.items()})
+
+    def runs(self) -> list[RunSpec]:
+        """The GRPO runs of the training phase: every mode at every seed, then the variants."""
+        several = len(self.seeds) > 1
+        out = [
+            RunSpec(f"{mode}-s{seed}" if several else mode, mode, seed, (), self.held_out)
+            for mode in self.modes
+            for seed in self.seeds
+        ]
+        for name, settings in self.variants.items():
+            mode = next((s.split("=", 1)[1] for s in settings if s.startswith("mode=")), "wmrl")
+            out.append(RunSpec(name, mode, self.seeds[0], tuple(settings), False))
+        names = [r.name for r in out]
+        if len(set(names)) != len(names):
+            raise ValueError(f"run names collide: {names}")
+        return out
 
     @classmethod
     def rehearsal(cls) -> Plan:
@@ -120,6 +155,17 @@ class Plan:
             stop_grace_s=60.0,
             eval_reserve_s=300.0,
         )
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One GRPO run of the plan: its folder name, mode, seed, extra settings, held-out evaluation."""
+
+    name: str
+    mode: str
+    seed: int
+    settings: tuple[str, ...]
+    held_out: bool
 
 
 @dataclass
@@ -231,8 +277,11 @@ def warm_start_command(plan: Plan, out: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def train_command(plan: Plan, out: Path, mode: str, start_model: str) -> list[str]:
-    """``wmrl train autoresearch`` of one mode from ``start_model`` (after ``wmrl``)."""
+def train_command(
+    plan: Plan, out: Path, mode: str, start_model: str, seed: int = 0, settings: tuple[str, ...] = ()
+) -> list[str]:
+    """``wmrl train autoresearch`` of one mode from ``start_model`` (after ``wmrl``); ``settings``
+    come last, so they win over the plan's."""
     anchors = [f"corrector.scheduler.fraction={plan.anchor_fraction}"] if mode == "wmrl" else []
     return [
         "train", "autoresearch", "--out", str(out), "--no-progress", f"mode={mode}",
@@ -242,9 +291,9 @@ def train_command(plan: Plan, out: Path, mode: str, start_model: str) -> list[st
         f"tasks.prompts_per_task={plan.prompts_per_task}", f"grpo.micro_batch_size={plan.micro_batch_size}",
         f"grpo.max_completion_tokens={plan.max_new_tokens}", f"sandbox.workers={plan.sandbox_workers}",
         f"world_model.backend.batch_size={plan.wm_batch_size}", f"learning_rate={plan.learning_rate}",
-        "seed=0", "logging.report_to=[]",
+        f"seed={seed}", "logging.report_to=[]",
         # a checkpoint every step: a run stopped twice at the deadline loses at most the step in flight
-        "checkpoint.every=1", "checkpoint.keep=1", *anchors, *plan.extra_train,
+        "checkpoint.every=1", "checkpoint.keep=1", *anchors, *plan.extra_train, *settings,
     ]  # fmt: skip
 
 
@@ -254,9 +303,12 @@ def close_command(out: Path, steps: int) -> list[str]:
             "logging.report_to=[]"]  # fmt: skip
 
 
-def eval_commands(plan: Plan, work: Path, name: str, model: str) -> dict[str, list[str]]:
-    """``wmrl eval autoresearch`` of ``model``, in-sample on the training tasks and held-out, by stage
-    name (after ``wmrl``); each writes ``work/eval/<name>-<split>/``."""
+def eval_commands(
+    plan: Plan, work: Path, name: str, model: str, held_out: bool | None = None
+) -> dict[str, list[str]]:
+    """``wmrl eval autoresearch`` of ``model``, in-sample on the training tasks and held-out (unless
+    ``held_out`` is false; ``None``: the plan's), by stage name (after ``wmrl``); each writes
+    ``work/eval/<name>-<split>/``."""
     common = [
         "--device", plan.device, "--backend", plan.backend, "--temperature", "0.7",
         "--max-new-tokens", str(plan.max_new_tokens), "--time-limit", "60", "--no-progress", "--json",
@@ -265,7 +317,7 @@ def eval_commands(plan: Plan, work: Path, name: str, model: str) -> dict[str, li
     ]  # fmt: skip
     out = {}
     splits = [("in_sample", ",".join(plan.tasks), plan.eval_in_samples, ["--in-sample"])]
-    if plan.held_out:
+    if plan.held_out if held_out is None else held_out:
         splits.append(("held_out", "eval", plan.eval_out_samples, []))
     for split, tasks, samples, extra in splits:
         dest = work / "eval" / f"{name}-{split}"
@@ -276,10 +328,10 @@ def eval_commands(plan: Plan, work: Path, name: str, model: str) -> dict[str, li
     return out
 
 
-def _eval_stages(plan: Plan, work: Path, name: str, model: str) -> list[_Stage]:
+def _eval_stages(plan: Plan, work: Path, name: str, model: str, held_out: bool | None = None) -> list[_Stage]:
     return [
         _Stage(stage, [*_cli(), *argv], work / "logs" / f"{stage}.log")
-        for stage, argv in eval_commands(plan, work, name, model).items()
+        for stage, argv in eval_commands(plan, work, name, model, held_out).items()
     ]
 
 
@@ -287,7 +339,12 @@ def run_real_lm(work: Path, budget_s: float, plan: Plan | None = None, log=print
     """The check (see the module docstring); ``budget_s`` wall seconds from now for all of it."""
     plan = plan or Plan()
     t0 = time.perf_counter()
-    env = {**os.environ, "OMP_NUM_THREADS": "4", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(plan.threads_per_process),
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_OFFLINE": "1",
+    }
     out: dict[str, Any] = {"plan": asdict(plan), "budget_s": budget_s}
 
     # 1. The warm start.
@@ -306,14 +363,15 @@ def run_real_lm(work: Path, budget_s: float, plan: Plan | None = None, log=print
     out["warm_start"]["corpus_report"] = _json(warm / "corpus_report.json")
     start_model = str(warm / "final")
 
-    # 2. The three modes side by side.
+    # 2. The modes (at each seed) and the variants side by side.
+    specs = {spec.name: spec for spec in plan.runs()}
     runs = {
-        mode: _Stage(
-            mode,
-            [*_cli(), *train_command(plan, work / mode, mode, start_model)],
-            work / "logs" / f"train_{mode}.log",
+        name: _Stage(
+            name,
+            [*_cli(), *train_command(plan, work / name, spec.mode, start_model, spec.seed, spec.settings)],
+            work / "logs" / f"train_{name}.log",
         )
-        for mode in plan.modes
+        for name, spec in specs.items()
     }
     for stage in runs.values():
         stage.start(env)
@@ -328,18 +386,18 @@ def run_real_lm(work: Path, budget_s: float, plan: Plan | None = None, log=print
     # Each run's last checkpoint is evaluated at once; beside that, the runs stopped at the deadline
     # are closed at the step they reached (final policy, plots, summary), as a user would.
     evals, closing = [], []
-    for mode, stage in runs.items():
-        done = _steps_done(work / mode)
+    for name, stage in runs.items():
+        done = _steps_done(work / name)
         if done == 0:
             continue
-        checkpoint = str(work / mode / "checkpoints" / f"checkpoint-{done}")
-        evals += _eval_stages(plan, work, mode, checkpoint)
+        checkpoint = str(work / name / "checkpoints" / f"checkpoint-{done}")
+        evals += _eval_stages(plan, work, name, checkpoint, specs[name].held_out)
         if stage.process.returncode != 0:
             closing.append(
                 _Stage(
-                    f"close_{mode}",
-                    [*_cli(), *close_command(work / mode, done)],
-                    work / "logs" / f"close_{mode}.log",
+                    f"close_{name}",
+                    [*_cli(), *close_command(work / name, done)],
+                    work / "logs" / f"close_{name}.log",
                 )
             )
     for stage in [*evals, *closing]:
@@ -350,10 +408,13 @@ def run_real_lm(work: Path, budget_s: float, plan: Plan | None = None, log=print
     _wait([*start_evals, *evals, *closing], t0 + budget_s)
     _stop([*start_evals, *evals, *closing], t0 + budget_s + 5)
     out["runs"] = {}
-    for mode, stage in runs.items():
-        run = work / mode
+    for name, stage in runs.items():
+        run = work / name
         rows = _metrics(run)
-        out["runs"][mode] = {
+        out["runs"][name] = {
+            "mode": specs[name].mode,
+            "seed": specs[name].seed,
+            "settings": list(specs[name].settings),
             **stage.report(),
             "steps_done": _steps_done(run),
             "curve": _curve(rows),

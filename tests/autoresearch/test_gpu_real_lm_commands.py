@@ -59,3 +59,49 @@ def test_every_command_of_the_plan_resolves(real_lm, tmp_path, rehearsal):
         resolved = _resolved(argv)
         assert resolved["device"] == plan.device and resolved["seeds"] == list(plan.eval_seeds)
         assert resolved["in_sample"] is name.endswith("in_sample")
+
+
+#: This session's GPU plan: three seeds of two modes, and the CPU quickstart's batch as variants.
+MULTI_SEED = {
+    "modes": ["real", "wmrl"],
+    "seeds": [0, 1, 2],
+    "variants": {
+        "cpu-batch": ["groups_per_step=2", "group_size=4", "tasks.prompts_per_task=1", "learning_rate=0.0005",
+                      "corrector.scheduler.fraction=0.5", "grpo.micro_batch_size=8"],
+    },
+}  # fmt: skip
+
+
+def test_seeds_and_variants_become_runs_whose_settings_win(real_lm, tmp_path):
+    plan = real_lm.Plan().changed(MULTI_SEED)
+    specs = plan.runs()
+    assert [s.name for s in specs] == [
+        "real-s0",
+        "real-s1",
+        "real-s2",
+        "wmrl-s0",
+        "wmrl-s1",
+        "wmrl-s2",
+        "cpu-batch",
+    ]
+    start = str(tmp_path / "warm" / "final")
+    for spec in specs:
+        run = _resolved(
+            real_lm.train_command(plan, tmp_path / spec.name, spec.mode, start, spec.seed, spec.settings)
+        )
+        assert run["seed"] == spec.seed and run["mode"] == spec.mode
+        if spec.name == "cpu-batch":
+            # the variant's settings come after the plan's, so they are what runs
+            assert (run["groups_per_step"], run["group_size"], run["learning_rate"]) == (2, 4, 0.0005)
+            assert run["corrector"]["scheduler"]["fraction"] == 0.5 and not spec.held_out
+        else:
+            assert run["groups_per_step"] == plan.groups_per_step and spec.held_out
+    evals = real_lm.eval_commands(plan, tmp_path, "cpu-batch", start, held_out=False)
+    assert list(evals) == ["eval_cpu-batch_in_sample"]
+
+
+def test_a_plan_refuses_unknown_fields_and_colliding_names(real_lm):
+    with pytest.raises(ValueError, match="unknown plan fields"):
+        real_lm.Plan().changed({"seed": [1]})
+    with pytest.raises(ValueError, match="collide"):
+        real_lm.Plan().changed({"modes": ["real"], "variants": {"real": ["learning_rate=0.001"]}}).runs()
