@@ -89,7 +89,7 @@ def run_eval(config, out: Path, *, resume: bool, progress: bool) -> tuple[dict[s
     """``wmrl eval autoresearch``: evaluate, write ``OUT/config.json`` and ``OUT/eval_report.json``."""
     from wmrl.autoresearch.evaluation.run import EvalError, evaluate_policy
     from wmrl.core.config import to_dict
-    from wmrl.core.errors import UserError
+    from wmrl.core.errors import Interrupted, UserError
     from wmrl.core.runlog import write_json_atomic
 
     if resume:
@@ -139,6 +139,14 @@ def run_eval(config, out: Path, *, resume: bool, progress: bool) -> tuple[dict[s
         )
     except EvalError as err:
         raise UserError(str(err)) from None
+    except KeyboardInterrupt:
+        # The turns graded so far are on disk; the report needs every trajectory, so there is none,
+        # and (unlike training) an evaluation does not continue: say exactly that.
+        graded = len((out / TRAJECTORIES_FILE).read_text().splitlines()) if opened else 0
+        where = f"in {out / TRAJECTORIES_FILE}" if graded else "nothing was written"
+        raise Interrupted(
+            f"interrupted after {graded} graded turn(s) ({where}); no report: run the evaluation again"
+        ) from None
     finally:
         for file in opened:
             file.close()

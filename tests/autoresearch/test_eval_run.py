@@ -198,3 +198,30 @@ def test_multi_turn_eval_shows_the_agent_exactly_trainings_feedback(tmp_path, mo
     first_turn = [r for r in recorded if r["turn"] == 0]
     assert [r["sample"] for r in first_turn] == [0, 1, 2] and [r["reply"] for r in first_turn] == replies
     assert [r["feedback"] for r in first_turn] == [dataclasses.asdict(f) for f in feedbacks]
+
+
+@pytest.mark.transformers
+@pytest.mark.parametrize("graded", [0, 2])
+def test_ctrl_c_during_an_evaluation_says_what_was_kept(tmp_path, capsys, monkeypatch, graded):
+    """An evaluation stopped with Ctrl-C exits 130 and says exactly what is on disk: the turns graded
+    so far (kept in ``trajectories.jsonl``) or nothing; it never offers a ``--resume`` it refuses."""
+    import wmrl.autoresearch.evaluation.run as run
+    from wmrl.autoresearch.llm.tiny import save_tiny_model
+    from wmrl.core.cli import main
+
+    def stopped(*args, record, **kwargs):
+        for k in range(graded):
+            record({"seed": 0, "task_id": "wine-cultivar", "sample": k, "turn": 0, "status": "valid"})
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run, "evaluate_policy", stopped)
+    out = tmp_path / "eval"
+    argv = ["eval", "autoresearch", "--model", str(save_tiny_model(tmp_path / "tiny")), "--out", str(out)]
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert f"after {graded} graded turn(s)" in err and "--resume" not in err
+    assert not (out / "eval_report.json").exists()
+    if graded:
+        assert len((out / "trajectories.jsonl").read_text().splitlines()) == graded
+    else:
+        assert "nothing was written" in err and not out.exists()
