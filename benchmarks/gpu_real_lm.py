@@ -380,31 +380,43 @@ def run_real_lm(work: Path, budget_s: float, plan: Plan | None = None, log=print
         stage.start(env)
     log(f"[real_lm] training {list(runs)} side by side, the warm start's evaluations beside them ...")
     train_end = t0 + budget_s - plan.stop_grace_s - plan.eval_reserve_s
-    _wait(list(runs.values()), train_end)
-    _stop(list(runs.values()), train_end + plan.stop_grace_s - 20)  # (_stop adds 20 s for a hard stop)
+    # Each run's last checkpoint is evaluated as soon as the run ends (by itself, or stopped at the
+    # deadline), so a run that ends early does not wait for the others; beside that, a run stopped
+    # at the deadline is closed at the step it reached (final policy, plots, summary), as a user would.
+    evals: list[_Stage] = []
+    closing: list[_Stage] = []
+    ended: set[str] = set()
 
-    # Each run's last checkpoint is evaluated at once; beside that, the runs stopped at the deadline
-    # are closed at the step they reached (final policy, plots, summary), as a user would.
-    evals, closing = [], []
-    for name, stage in runs.items():
+    def after(name: str, stage: _Stage) -> None:
+        ended.add(name)
         done = _steps_done(work / name)
         if done == 0:
-            continue
+            return
         checkpoint = str(work / name / "checkpoints" / f"checkpoint-{done}")
-        evals += _eval_stages(plan, work, name, checkpoint, specs[name].held_out)
+        started = _eval_stages(plan, work, name, checkpoint, specs[name].held_out)
         if stage.process.returncode != 0:
-            closing.append(
+            started.append(
                 _Stage(
                     f"close_{name}",
                     [*_cli(), *close_command(work / name, done)],
                     work / "logs" / f"close_{name}.log",
                 )
             )
-    for stage in [*evals, *closing]:
-        stage.start(env)
-    log(
-        f"[real_lm] {len(evals)} evaluations of the runs' last checkpoints, {len(closing)} runs closed beside them ..."
-    )
+        for new in started:
+            new.start(env)
+            (closing if new.name.startswith("close_") else evals).append(new)
+        log(f"[real_lm] {name} ended at step {done}: {len(started)} stages started")
+
+    while time.perf_counter() < train_end and len(ended) < len(runs):
+        for name, stage in runs.items():
+            if name not in ended and stage.poll() is not None:
+                after(name, stage)
+        time.sleep(2.0)
+    running = [stage for name, stage in runs.items() if name not in ended]
+    _stop(running, train_end + plan.stop_grace_s - 20)  # (_stop adds 20 s for a hard stop)
+    for name, stage in runs.items():
+        if name not in ended:
+            after(name, stage)
     _wait([*start_evals, *evals, *closing], t0 + budget_s)
     _stop([*start_evals, *evals, *closing], t0 + budget_s + 5)
     out["runs"] = {}

@@ -105,3 +105,54 @@ def test_a_plan_refuses_unknown_fields_and_colliding_names(real_lm):
         real_lm.Plan().changed({"seed": [1]})
     with pytest.raises(ValueError, match="collide"):
         real_lm.Plan().changed({"modes": ["real"], "variants": {"real": ["learning_rate=0.001"]}}).runs()
+
+
+FAKE_WMRL = '''
+import json, pathlib, signal, sys, time
+argv = sys.argv[1:]
+out = pathlib.Path(argv[argv.index("--out") + 1])
+out.mkdir(parents=True, exist_ok=True)
+if argv[:2] == ["train", "autoresearch-sft"]:
+    (out / "final").mkdir()
+elif argv[:2] == ["train", "autoresearch"] and "--resume" in argv:
+    (out / "run_summary.json").write_text("{}")
+elif argv[:2] == ["train", "autoresearch"]:
+    (out / "checkpoints" / "checkpoint-1").mkdir(parents=True)
+    if "seed=1" in argv:  # the slow run: trains until Ctrl-C, like a run at the deadline
+        try:
+            time.sleep(120)
+        except KeyboardInterrupt:
+            (out / "stopped_at").write_text(repr(time.time()))
+            sys.exit(130)
+    (out / "checkpoints" / "checkpoint-2").mkdir()
+else:  # eval autoresearch
+    (out / "eval_report.json").write_text(json.dumps({"valid_rate": 0.5, "started": time.time()}))
+'''
+
+
+def test_a_run_that_ends_early_is_evaluated_before_the_deadline(real_lm, tmp_path, monkeypatch):
+    """Run 3 of the GPU check started every evaluation at the deadline, where they starved: a run
+    that ends by itself now has its last checkpoint evaluated at once; a run stopped at the deadline
+    is evaluated and closed then."""
+    fake = tmp_path / "fake_wmrl.py"
+    fake.write_text(FAKE_WMRL)
+    monkeypatch.setattr(real_lm, "_cli", lambda: [sys.executable, str(fake)])
+    plan = real_lm.Plan.rehearsal().changed(
+        {"modes": ["real"], "seeds": [0, 1], "held_out": False, "stop_grace_s": 22.0, "eval_reserve_s": 8.0}
+    )
+    work = tmp_path / "work"
+    result = real_lm.run_real_lm(work, budget_s=40.0, plan=plan, log=lambda m: None)
+    fast, slow = result["runs"]["real-s0"], result["runs"]["real-s1"]
+    assert (fast["exit_code"], fast["steps_done"], fast["interrupted_at_deadline"]) == (0, 2, False)
+    assert (slow["exit_code"], slow["steps_done"], slow["interrupted_at_deadline"]) == (130, 1, True)
+    stopped_at = float((work / "real-s1" / "stopped_at").read_text())
+    fast_eval = json.loads((work / "eval" / "real-s0-in_sample" / "eval_report.json").read_text())
+    slow_eval = json.loads((work / "eval" / "real-s1-in_sample" / "eval_report.json").read_text())
+    assert fast_eval["started"] < stopped_at - 3 < slow_eval["started"]
+    # only the stopped run is closed; every evaluation finished
+    assert list(result["closing"]) == ["close_real-s1"] and (work / "real-s1" / "run_summary.json").is_file()
+    assert {k: v["exit_code"] for k, v in result["evaluations"].items()} == {
+        "eval_start_in_sample": 0,
+        "eval_real-s0_in_sample": 0,
+        "eval_real-s1_in_sample": 0,
+    }
