@@ -107,8 +107,8 @@ def test_a_plan_refuses_unknown_fields_and_colliding_names(real_lm):
         real_lm.Plan().changed({"modes": ["real"], "variants": {"real": ["learning_rate=0.001"]}}).runs()
 
 
-FAKE_WMRL = '''
-import json, pathlib, signal, sys, time
+FAKE_WMRL = """
+import json, pathlib, sys, time
 argv = sys.argv[1:]
 out = pathlib.Path(argv[argv.index("--out") + 1])
 out.mkdir(parents=True, exist_ok=True)
@@ -127,7 +127,7 @@ elif argv[:2] == ["train", "autoresearch"]:
     (out / "checkpoints" / "checkpoint-2").mkdir()
 else:  # eval autoresearch
     (out / "eval_report.json").write_text(json.dumps({"valid_rate": 0.5, "started": time.time()}))
-'''
+"""
 
 
 def test_a_run_that_ends_early_is_evaluated_before_the_deadline(real_lm, tmp_path, monkeypatch):
