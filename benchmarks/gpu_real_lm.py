@@ -11,8 +11,8 @@ on a CPU, with ``model.device=cuda`` (bf16) and a batch a GPU can take:
    and checkpoints, exit 130) and is then closed at the step it reached by ``--resume steps=N``,
    which writes its final policy, plots and summary as for any finished run;
 3. ``wmrl eval autoresearch`` of the warm start (beside the GRPO phase) and of every run's last
-   checkpoint as soon as the run ends (beside its closing): in-sample on the training tasks (did the reward rise where it
-   was trained?) and on the held-out tasks.
+   checkpoint as soon as the run ends (beside its closing): in-sample on the training tasks (did
+   the reward rise where it was trained?) and on the held-out tasks.
 
 Each stage's command line, exit code, wall time and log tail go into the returned dict; the run
 and evaluation folders stay under ``work`` (``gpu_check.py`` packs their small files).
