@@ -111,6 +111,8 @@ class Plan:
 
     def runs(self) -> list[RunSpec]:
         """The GRPO runs of the training phase: every mode at every seed, then the variants."""
+        if not self.seeds:
+            raise ValueError("seeds must name at least one seed")
         several = len(self.seeds) > 1
         out = [
             RunSpec(f"{mode}-s{seed}" if several else mode, mode, seed, (), self.held_out)
@@ -118,11 +120,20 @@ class Plan:
             for seed in self.seeds
         ]
         for name, settings in self.variants.items():
-            mode = next((s.split("=", 1)[1] for s in settings if s.startswith("mode=")), "wmrl")
-            out.append(RunSpec(name, mode, self.seeds[0], tuple(settings), False))
+
+            def last(key: str, default: str, settings: tuple[str, ...] = settings) -> str:
+                # the command line's last setting of a key is the one that runs
+                values = [x.split("=", 1)[1] for x in settings if x.startswith(f"{key}=")]
+                return values[-1] if values else default
+
+            mode, seed = last("mode", "wmrl"), int(last("seed", str(self.seeds[0])))
+            out.append(RunSpec(name, mode, seed, tuple(settings), False))
         names = [r.name for r in out]
         if len(set(names)) != len(names):
             raise ValueError(f"run names collide: {names}")
+        reserved = {"warm", "eval", "logs", "start"} & set(names)
+        if reserved:
+            raise ValueError(f"run names {sorted(reserved)} are the warm start's or the check's own folders")
         return out
 
     @classmethod
@@ -394,7 +405,7 @@ def run_real_lm(work: Path, budget_s: float, plan: Plan | None = None, log=print
             return
         checkpoint = str(work / name / "checkpoints" / f"checkpoint-{done}")
         started = _eval_stages(plan, work, name, checkpoint, specs[name].held_out)
-        if stage.process.returncode != 0:
+        if stage.process.returncode != 0:  # stopped at the deadline (or crashed): close it at its last step
             started.append(
                 _Stage(
                     f"close_{name}",
@@ -407,11 +418,14 @@ def run_real_lm(work: Path, budget_s: float, plan: Plan | None = None, log=print
             (closing if new.name.startswith("close_") else evals).append(new)
         log(f"[real_lm] {name} ended at step {done}: {len(started)} stages started")
 
-    while time.perf_counter() < train_end and len(ended) < len(runs):
+    while len(ended) < len(runs):
         for name, stage in runs.items():
             if name not in ended and stage.poll() is not None:
                 after(name, stage)
-        time.sleep(2.0)
+        left = train_end - time.perf_counter()
+        if left <= 0 or len(ended) == len(runs):
+            break
+        time.sleep(min(2.0, left))
     running = [stage for name, stage in runs.items() if name not in ended]
     _stop(running, train_end + plan.stop_grace_s - 20)  # (_stop adds 20 s for a hard stop)
     for name, stage in runs.items():

@@ -103,6 +103,7 @@ def run_eval(config, out: Path, *, resume: bool, progress: bool) -> tuple[dict[s
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     opened: list = []  # the trajectories file, opened at the first graded turn (a refused run writes nothing)
+    recorded = [0]  # turns written and flushed
 
     def record(turn: dict[str, Any]) -> None:  # each turn as it is graded: nothing lost if it stops
         if not opened:
@@ -110,6 +111,7 @@ def run_eval(config, out: Path, *, resume: bool, progress: bool) -> tuple[dict[s
             opened.append((out / TRAJECTORIES_FILE).open("w", encoding="utf-8"))
         opened[0].write(json.dumps(turn) + "\n")
         opened[0].flush()
+        recorded[0] += 1
 
     try:
         report = evaluate_policy(
@@ -142,10 +144,9 @@ def run_eval(config, out: Path, *, resume: bool, progress: bool) -> tuple[dict[s
     except KeyboardInterrupt:
         # The turns graded so far are on disk; the report needs every trajectory, so there is none,
         # and (unlike training) an evaluation does not continue: say exactly that.
-        graded = len((out / TRAJECTORIES_FILE).read_text().splitlines()) if opened else 0
-        where = f"in {out / TRAJECTORIES_FILE}" if graded else "nothing was written"
+        where = f"kept in {out / TRAJECTORIES_FILE}" if opened else "nothing was written"
         raise Interrupted(
-            f"interrupted after {graded} graded turn(s) ({where}); no report: run the evaluation again"
+            f"interrupted after {recorded[0]} graded turn(s) ({where}); no report: run the evaluation again"
         ) from None
     finally:
         for file in opened:
