@@ -85,22 +85,30 @@ def register(root) -> None:
         "print where it is cached",
         _warm_start,
     )
+    warm.add_argument(
+        "--action",
+        choices=("script", "model"),
+        default="script",
+        help="which warm start: 'script' builds smollm2-warm (whole scripts), 'model' builds "
+        "smollm2-warm-model (the model block of a fixed pipeline, for tasks.action=model)",
+    )
     warm.add_argument("--rebuild", action="store_true", help="build it again even if it is cached")
     warm.add_argument("--no-progress", action="store_true", help="hide progress bars")
     _add_verbs(root, hidden=True)  # the short forms `wmrl grade`, `wmrl tasks`, `wmrl wm-fidelity`
 
 
 def _warm_start(args: argparse.Namespace) -> int:
-    from wmrl.autoresearch.training.warm import ensure_warm_start
+    from wmrl.autoresearch.training.warm import WARM_SPECS, ensure_warm_start
     from wmrl.core.cli_runs import USER_ERRORS
 
+    spec = next(s for s, action in WARM_SPECS.items() if action == args.action)
     try:
-        final = ensure_warm_start(progress=not args.no_progress, rebuild=args.rebuild)
+        final = ensure_warm_start(progress=not args.no_progress, rebuild=args.rebuild, spec=spec)
     except USER_ERRORS as err:
         print(f"wmrl autoresearch warm-start: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     summary = json.loads((final.parent / "run_summary.json").read_text())
-    print(f"[wmrl] warm start 'smollm2-warm': {final}")
+    print(f"[wmrl] warm start '{spec}': {final}")
     print(
         f"[wmrl]   built in {summary['wall_s']:.0f} s; loss {summary['loss_first']:.3f} -> {summary['loss_last']:.3f}; "
         f"corpus {summary['corpus']['agent_examples']} agent + {summary['corpus']['world_model_examples']} "

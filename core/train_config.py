@@ -66,6 +66,9 @@ class LoraConfig:
         alpha: LoRA scaling numerator (scale = alpha / r).
         dropout: dropout on the adapter input.
         target_modules: module names that get adapters.
+        last_layers: adapters only in the last ``last_layers`` decoder layers (PEFT's
+            ``layers_to_transform``); 0: every layer. The backward pass then stops below them, so an
+            update costs the forward pass plus about ``last_layers / layers`` of the full backward.
     """
 
     enabled: bool = True
@@ -73,8 +76,10 @@ class LoraConfig:
     alpha: int = 16
     dropout: float = 0.0
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    last_layers: int = 0
 
     def __post_init__(self) -> None:
+        _int_at_least(self.last_layers, "lora.last_layers", 0)
         _int_at_least(self.r, "lora.r", 1)
         _int_at_least(self.alpha, "lora.alpha", 1)
         require(0.0 <= self.dropout < 1.0, f"lora.dropout must be in [0, 1); got {self.dropout}")

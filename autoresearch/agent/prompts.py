@@ -15,11 +15,22 @@ from __future__ import annotations
 
 from wmrl.autoresearch.agent.environment import SandboxEnvironment
 
-__all__ = ["PROMPT_VERSION", "first_user_message", "next_user_message", "system_prompt"]
+__all__ = [
+    "MODEL_PROMPT_VERSION",
+    "PROMPT_VERSION",
+    "first_user_message",
+    "model_system_prompt",
+    "model_user_message",
+    "next_user_message",
+    "system_prompt",
+]
 
 # agent-v2: the overview leaves out the library list the system prompt already gives, and its data
 # inventory comes before the description (agent-v1 showed no data line at 400 tokens).
 PROMPT_VERSION = "agent-v2"
+
+#: The prompts of the ``model`` action (the agent writes the model of a fixed pipeline).
+MODEL_PROMPT_VERSION = "model-slot-v1"
 
 
 def system_prompt(environment: SandboxEnvironment, turns: int = 1) -> str:
@@ -62,4 +73,23 @@ def next_user_message(feedback_text: str, turn: int, turns: int) -> str:
     return (
         f"Result of attempt {turn} of {turns}:\n{feedback_text.rstrip()}\n\n"
         f"{left} attempt{'s' if left > 1 else ''} left. Reply with a short plan and one complete ```python script."
+    )
+
+
+def model_system_prompt(environment: SandboxEnvironment) -> str:
+    """The system prompt of the ``model`` action: the agent writes only the model of a fixed pipeline
+    (:mod:`wmrl.autoresearch.training.model_slot`); one attempt."""
+    return f"""You are an expert machine-learning engineer. You solve a Kaggle-style prediction task by choosing the model of a fixed pipeline. The pipeline is run and its submission is scored against a leaderboard of reference entries. Goal: the best leaderboard position (1.0 = better than every reference entry), with one attempt.
+
+The pipeline reads the data, builds the feature matrix X and the target y, runs your block, then fits `model` on the training rows and writes the predictions. Your block must set `model` to an estimator with fit and predict (predict_proba where the pipeline asks for probabilities).
+
+Answer format: one sentence naming your choice, then ONE ```python block of a few lines that imports what it uses and sets `model`.
+Limits: {environment.limits_line()}. Libraries: {environment.libraries_line()}."""
+
+
+def model_user_message(overview: str, head: str, tail: str) -> str:
+    """The first observation of the ``model`` action: the overview and the pipeline around the slot."""
+    return (
+        f"{overview.rstrip()}\n\nThe pipeline:\n```python\n{head.rstrip()}\n# <- your block: set `model`\n"
+        f"{tail.strip()}\n```\n\nReply with one sentence and one ```python block that sets `model`."
     )

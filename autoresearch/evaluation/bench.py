@@ -455,10 +455,10 @@ def model_identity(spec: str) -> str:
     local folder's (or file's) names, sizes and modification times, else the spec itself."""
     import hashlib
 
-    from wmrl.autoresearch.training.warm import WARM_SPEC, warm_start_dir
+    from wmrl.autoresearch.training.warm import WARM_SPECS, warm_start_dir
 
-    if spec == WARM_SPEC:
-        return str(warm_start_dir())
+    if spec in WARM_SPECS:
+        return str(warm_start_dir(spec))
     path = Path(spec)
     if not path.exists():
         return spec  # an embedded model (``smollm2``): its package's

@@ -39,6 +39,9 @@ class EvalConfig:
             DSBench; ``null``: DSBench's relative gap).
         data_dir: MLE-bench's data folder for MLE-bench competition tasks.
         sandbox: real execution of the solutions.
+        action: what the policy writes, as in its training (``tasks.action``): ``script`` or
+            ``model`` (the model block of a fixed pipeline; single-turn); ``null``: as the policy's
+            run recorded it (its ``config.json``), else ``script``.
     """
 
     model: str | None = None
@@ -57,8 +60,16 @@ class EvalConfig:
     mledojo_root: str | None = None
     data_dir: str | None = None
     sandbox: SandboxSection = field(default_factory=SandboxSection)
+    action: Literal["script", "model"] | None = None
 
     def __post_init__(self) -> None:
+        require(
+            self.action in ("script", "model", None), f"action must be script or model; got {self.action!r}"
+        )
+        require(
+            self.action != "model" or self.turns == 1,
+            "action=model is single-turn (its pipeline is fixed, there is nothing to revise): turns must be 1",
+        )
         require(
             self.model is not None and str(self.model).strip() != "",
             "model is required: a run's final/ folder (from `wmrl train autoresearch`), a Hugging Face model "

@@ -118,6 +118,33 @@ def training_tasks_of(
     return list(TRAIN_TASKS), "the bundled training split"
 
 
+def trained_action_of(model: str | os.PathLike) -> tuple[str, str]:
+    """What the policy was trained to write (``script`` or ``model``), and where that answer came from:
+    an embedded warm start's own action, else the run's ``config.json`` next to (or above) the model
+    folder (``tasks.action`` of a GRPO run, ``corpus.action`` of a warm start), else ``script``."""
+    from wmrl.autoresearch.training.warm import WARM_SPECS
+
+    if str(model) in WARM_SPECS:
+        return WARM_SPECS[str(model)], str(model)
+    path = Path(model)
+    for folder in (path, path.parent, path.parent.parent):
+        config = folder / "config.json"
+        if not (path.exists() and config.is_file()):
+            continue
+        try:
+            data = json.loads(config.read_text())
+        except json.JSONDecodeError:
+            continue
+        section = (
+            data.get("tasks") if isinstance(data, dict) and isinstance(data.get("tasks"), dict) else None
+        )
+        if section is None and isinstance(data, dict) and isinstance(data.get("corpus"), dict):
+            section = data["corpus"]
+        if section is not None:
+            return str(section.get("action") or "script"), str(config)
+    return "script", "the default"
+
+
 def _task_id(ref: str, load_task, roots: dict[str, Any] | None = None) -> str:
     given = {k: v for k, v in (roots or {}).items() if v is not None}
     try:
@@ -231,6 +258,7 @@ def evaluate_policy(
     gpus: Sequence[int] = (),
     gpus_per_slot: int = 1,
     overview_tokens: int = 400,
+    action: str | None = None,
     feedback_max_tokens: int = 300,
     mledojo_root: str | os.PathLike | None = None,
     data_dir: str | os.PathLike | None = None,
@@ -249,7 +277,9 @@ def evaluate_policy(
     best turn. ``in_sample`` allows training tasks (the report says so); otherwise any overlap with
     the policy's training tasks is an error. ``mledojo_root``: an MLE-Dojo checkout whose
     leaderboards DSBench tasks are ranked on; ``data_dir``: MLE-bench's data folder.
-    ``progress``: a bar over the graded turns. ``record``: called with every graded turn as it is
+    ``progress``: a bar over the graded turns.
+    ``action``: what the policy writes (``script`` or ``model``; ``None``: as it was trained,
+    :func:`trained_action_of`). ``record``: called with every graded turn as it is
     graded (``seed``, ``task_id``, ``sample``, ``turn``, the ``reply``, its ``status``, ``reward``,
     ``position``, ``medal``, and the ``feedback`` the next turn shows), so what was generated and
     what it scored is kept even if the evaluation stops.
@@ -273,6 +303,12 @@ def evaluate_policy(
         raise EvalError(f"samples must be >= 1; got {samples}")
     if turns < 1:
         raise EvalError(f"turns must be >= 1; got {turns}")
+    if action is None:  # as the policy was trained: a script policy asked for a model block writes scripts
+        action, action_source = trained_action_of(model)
+        if log is not None and action != "script":
+            log(f"[wmrl] action {action} ({action_source})")
+    if action == "model" and turns != 1:
+        raise EvalError("the model action is single-turn: evaluate it with turns=1")
     seeds = list(seeds)
     if not seeds or len(set(seeds)) != len(seeds):
         raise EvalError(f"seeds must be distinct and at least one; got {seeds}")
@@ -321,6 +357,7 @@ def evaluate_policy(
         tokens=policy.tokenizer,
         libraries=AGENT_LIBRARIES,
         gpus=section.gpu_count,
+        action=action,
     )
     make_episode = episode_factory(
         EpisodeConfig(turns=turns, feedback_max_tokens=feedback_max_tokens), policy.tokenizer
@@ -406,6 +443,7 @@ def evaluate_policy(
         "sandbox": backend,
         "time_limit_s": time_limit_s,
         "overview_tokens": overview_tokens,
+        "action": action,
         "feedback_max_tokens": feedback_max_tokens,
         "device": device,
         "train_tasks_source": source,

@@ -55,6 +55,10 @@ class TransformersBackend(BackendBase):
         self.batch_size = batch_size
         self._lock = threading.Lock()
         self._stop_ids = self._end_token_ids()
+        # The last scored prompt's token ids and key/value cache: the next prompt re-encodes only
+        # what follows their common prefix (the world model's prompts of one task share the
+        # instructions and the task overview, ~2/3 of each prompt).
+        self._last_prompt: tuple[list[int], Any] | None = None
 
     @classmethod
     def from_spec(
@@ -186,6 +190,40 @@ class TransformersBackend(BackendBase):
         }
         return self.model.generate(**expanded, **{**kwargs, "num_return_sequences": 1})
 
+    #: Shortest common prefix (tokens) worth reusing the previous prompt's cache for.
+    MIN_SHARED_PREFIX = 32
+
+    def _prefill(self, prompt_ids: Any) -> Any:
+        """The forward pass over ``prompt_ids`` (shape ``(1, T)``) with its key/value cache, reusing the
+        previous prompt's cache for their common prefix; the result is that of one full pass
+        (the same keys and values at the same positions), up to float rounding."""
+        import copy
+
+        ids = prompt_ids[0].tolist()
+        shared = 0
+        if self._last_prompt is not None:
+            previous, _ = self._last_prompt
+            limit = min(len(previous), len(ids) - 1)  # at least one new token gives the last logits
+            while shared < limit and previous[shared] == ids[shared]:
+                shared += 1
+        if shared >= self.MIN_SHARED_PREFIX:
+            previous, stored = self._last_prompt
+            cache = copy.deepcopy(stored)
+            if len(previous) > shared:
+                cache.crop(shared - len(previous))  # a negative count: drop that many tokens from the end
+            positions = _positions(shared, len(ids), prompt_ids.device)
+            out = self.model(
+                input_ids=prompt_ids[:, shared:],
+                position_ids=positions,
+                use_cache=True,
+                **{self._cache_kw(): cache},
+            )
+        else:
+            out = self.model(input_ids=prompt_ids, use_cache=True)
+        cache = out["cache"] if "cache" in out else out["past_key_values"]
+        self._last_prompt = (ids, copy.deepcopy(cache))  # the caller extends its copy with candidates
+        return out
+
     def score_continuations(
         self,
         conversation: Conversation,
@@ -215,7 +253,7 @@ class TransformersBackend(BackendBase):
             prompt_ids = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False)[
                 "input_ids"
             ].to(device)
-            first = self.model(input_ids=prompt_ids, use_cache=True)
+            first = self._prefill(prompt_ids)
             cand_ids = [
                 [t for x in p for t in self.tokenizer(x, add_special_tokens=False)["input_ids"]]
                 for p in pieces
@@ -246,3 +284,10 @@ class TransformersBackend(BackendBase):
             token_lp = logits.float().log_softmax(-1).gather(-1, batch.unsqueeze(-1)).squeeze(-1)
             totals = (token_lp * mask).sum(dim=1)
         return np.asarray(totals.cpu(), dtype=np.float64)
+
+
+def _positions(start: int, stop: int, device: Any) -> Any:
+    """Position ids ``start .. stop - 1``, shape ``(1, stop - start)``."""
+    import torch
+
+    return torch.arange(start, stop, device=device).unsqueeze(0)

@@ -74,6 +74,10 @@ class TasksSection:
         overview_tokens: token budget of the task overview shown to the agent.
         mledojo_root: an MLE-Dojo checkout whose leaderboards rank DSBench tasks (``null``: none).
         data_dir: MLE-bench's data folder for MLE-bench competition tasks (``null``: the task's own).
+        action: what the agent writes: ``script`` (a whole script, the paper's setting) or ``model``
+            (the model of a fixed pipeline the harness assembles around it: a short reply, single-turn;
+            :mod:`wmrl.autoresearch.training.model_slot`). The policy should be warm-started for the
+            same action (``smollm2-warm`` for scripts, ``smollm2-warm-model`` for the model action).
     """
 
     split: Literal["train"] = "train"
@@ -83,10 +87,14 @@ class TasksSection:
     overview_tokens: int = 400
     mledojo_root: str | None = None
     data_dir: str | None = None
+    action: Literal["script", "model"] = "script"
 
     def __post_init__(self) -> None:
         require(
             all(isinstance(t, str) and t for t in self.ids), "tasks.ids must be non-empty task references"
+        )
+        require(
+            self.action in ("script", "model"), f"tasks.action must be script or model; got {self.action!r}"
         )
         require(len(set(self.ids)) == len(self.ids), f"tasks.ids has duplicates: {list(self.ids)}")
         if self.limit is not None:
@@ -282,6 +290,10 @@ class TrainConfig(TrainConfigBase):
     def __post_init__(self) -> None:
         super().__post_init__()
         sched = self.corrector.scheduler
+        require(
+            self.tasks.action == "script" or self.episode.turns == 1,
+            "tasks.action=model is single-turn (its pipeline is fixed, there is nothing to revise): set episode.turns=1",
+        )
         if self.episode.turns > 1:
             require(
                 sched.active_share == 0 and sched.rollout_share == 0,

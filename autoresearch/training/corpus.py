@@ -385,11 +385,12 @@ def render_reply(schema: TaskSchema, recipe: Recipe) -> str:
     return f"{render_plan(schema, recipe)}\n\n```python\n{render_script(schema, recipe)}\n```"
 
 
-def broken_variants(schema: TaskSchema, recipe: Recipe) -> list[tuple[str, str]]:
+def broken_variants(schema: TaskSchema, recipe: Recipe, script: str | None = None) -> list[tuple[str, str]]:
     """``(name, script)`` for deliberate mistakes an agent makes (for world-model examples; their
     outcome is measured by running them, never assumed): a misspelt target column, no submission
-    written, and a submission without the id column."""
-    script = render_script(schema, recipe)
+    written, and a submission without the id column. ``script``: the recipe's script as the action
+    writes it (default: :func:`render_script`)."""
+    script = render_script(schema, recipe) if script is None else script
     out = [
         ("target_typo", script.replace(f'train["{schema.target}"]', f'train["{schema.target}_value"]', 1)),
         (
@@ -524,6 +525,19 @@ def error_type(stderr: str) -> str | None:
     return None
 
 
+def _rendered(schema: TaskSchema, recipe: Recipe, action: str) -> tuple[str, str]:
+    """(the script that runs, the agent's reply) of ``recipe`` in ``action`` (``script`` or ``model``)."""
+    if action == "model":
+        from wmrl.autoresearch.training import model_slot
+
+        block = model_slot.model_block(schema, recipe)
+        script = model_slot.assemble(
+            model_slot.pipeline_head(schema), block, model_slot.pipeline_tail(schema)
+        )
+        return script, model_slot.render_model_reply(schema, recipe)
+    return render_script(schema, recipe), render_reply(schema, recipe)
+
+
 def build_corpus(
     tasks: Sequence[tuple[str, Task]],
     *,
@@ -535,6 +549,7 @@ def build_corpus(
     workers: int = 2,
     exclude: Sequence[str] = (),
     log: Callable[[str], None] | None = None,
+    action: str = "script",
 ) -> Corpus:
     """Build the corpus for ``tasks`` (``(reference, task)`` pairs; training tasks only).
 
@@ -551,6 +566,8 @@ def build_corpus(
         workers: executions run concurrently.
         exclude: task ids that must never enter the corpus (the held-out tasks of the evaluation).
         log: progress lines.
+        action: ``script`` (replies are whole scripts) or ``model`` (replies are the model block of
+            the fixed pipeline, :mod:`.model_slot`; what is executed is the assembled script).
 
     Raises:
         TaskError: a task is held out (a bundled evaluation task, or in ``exclude``).
@@ -570,22 +587,30 @@ def build_corpus(
         from wmrl.autoresearch.grading import ExecutionGrader
 
         grade = ExecutionGrader().grade
+    from wmrl.autoresearch.training import model_slot
+
+    if action not in model_slot.ACTIONS:
+        raise ValueError(f"action must be one of {model_slot.ACTIONS}; got {action!r}")
     jobs: list[tuple[str, str, Task, str, str, str | None]] = []  # role, ref, task, recipe, code, reply
     rng = random.Random(seed)
     for ref, task in tasks:
         schema = TaskSchema.from_task(task)
         recipes = recipes_for(schema, size=pool_size)
+        if action == "model":
+            recipes = model_slot.slot_recipes(recipes)
         chosen = _spread(recipes, agent_per_task, rng)
         for r in chosen:
-            jobs.append(("agent", ref, task, r.name, render_script(schema, r), render_reply(schema, r)))
+            jobs.append(("agent", ref, task, r.name, *_rendered(schema, r, action)))
         if world_model_per_task:
             working = _spread(recipes, (world_model_per_task + 1) // 2, random.Random(f"{seed}:{task.id}:wm"))
             broken = [
-                (f"{r.name}+{name}", code) for r in working for name, code in broken_variants(schema, r)
+                (f"{r.name}+{name}", code)
+                for r in working
+                for name, code in broken_variants(schema, r, _rendered(schema, r, action)[0])
             ]
             random.Random(f"{seed}:{task.id}:broken").shuffle(broken)
             for r in working:
-                jobs.append(("world_model", ref, task, r.name, render_script(schema, r), None))
+                jobs.append(("world_model", ref, task, r.name, _rendered(schema, r, action)[0], None))
             for name, code in broken[: world_model_per_task - len(working)]:
                 jobs.append(("world_model", ref, task, name, code, None))
     results: dict[tuple[str, str], Any] = {}
@@ -634,11 +659,15 @@ def build_corpus(
 def corpus_key(tasks: Sequence[Task], settings: dict[str, Any]) -> str:
     """A short hash of what a corpus depends on: the template version, the agent's and the world model's
     prompt versions, the tasks' definitions and files (names, sizes), and the settings. Used to key cached warm starts."""
+    from wmrl.autoresearch.agent.prompts import MODEL_PROMPT_VERSION
     from wmrl.autoresearch.agent.prompts import PROMPT_VERSION as AGENT_PROMPT_VERSION
     from wmrl.autoresearch.worldmodel.prompts import PROMPT_VERSION as WM_PROMPT_VERSION
 
     # The examples are the agent's and the world model's exact prompts: a new prompt text is a new corpus.
-    h = hashlib.sha256(f"{CORPUS_VERSION}|{AGENT_PROMPT_VERSION}|{WM_PROMPT_VERSION}".encode())
+    agent_version = AGENT_PROMPT_VERSION
+    if (settings.get("corpus") or {}).get("action") == "model":
+        agent_version = MODEL_PROMPT_VERSION
+    h = hashlib.sha256(f"{CORPUS_VERSION}|{agent_version}|{WM_PROMPT_VERSION}".encode())
     h.update(json.dumps(settings, sort_keys=True, default=str).encode())
     for task in sorted(tasks, key=lambda t: t.id):
         h.update(f"{task.id}|{task.metric}|{task.target_columns}|{task.id_columns}".encode())

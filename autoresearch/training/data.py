@@ -3,7 +3,9 @@
 One row per (task, copy): the agent's system prompt and first observation (the task overview),
 a ``prompt_id`` (the anchor scheduler's group key, with the step), ``task_id`` (the scheduler's
 stratum) and ``task_ref`` (what :func:`~wmrl.autoresearch.tasks.load_task` loads: a bundled id or
-a folder). Held-out evaluation tasks of the bundled suite are refused here, so a policy is never
+a folder). With the ``model`` action (:mod:`.model_slot`) a row also carries the fixed pipeline
+around the agent's block (``slot_head``, ``slot_tail``), which the item function assembles the
+reply into. Held-out evaluation tasks of the bundled suite are refused here, so a policy is never
 trained on what ``wmrl eval autoresearch`` reports.
 """
 
@@ -16,7 +18,12 @@ from typing import Any
 from wmrl.autoresearch.agent.environment import SandboxEnvironment
 from wmrl.autoresearch.agent.overview import OverviewConfig
 from wmrl.autoresearch.agent.overview import from_task as overview_from_task
-from wmrl.autoresearch.agent.prompts import first_user_message, system_prompt
+from wmrl.autoresearch.agent.prompts import (
+    first_user_message,
+    model_system_prompt,
+    model_user_message,
+    system_prompt,
+)
 from wmrl.autoresearch.tasks.load import load_task
 from wmrl.autoresearch.tasks.model import Task, TaskError
 from wmrl.autoresearch.tasks.suite import EVAL_TASKS, TRAIN_TASKS
@@ -94,32 +101,63 @@ def build_prompt_rows(
     tokens: Any = None,
     libraries: tuple[str, ...] | None = None,
     gpus: int = 0,
+    action: str = "script",
 ) -> list[dict[str, Any]]:
     """The dataset rows (``prompt``, ``prompt_id``, ``task_id``, ``task_ref``), one per task copy.
 
     Args:
         tasks: the training tasks.
         turns: K, stated in the system prompt.
-        overview_tokens: the overview's budget (in ``tokens`` units: the agent's tokenizer when given).
+        overview_tokens: the overview's budget (in ``tokens`` units: the agent's tokenizer when given;
+            the model action shows a fixed brief of the task instead).
         prompts_per_task: copies of each task (distinct prompt ids, so each is its own GRPO group).
         tokens: token counter or Hugging Face tokenizer for exact budgets.
         libraries: libraries listed to the agent (default: detected in this interpreter, which is
             the one the sandbox runs solutions with).
         gpus: GPUs each execution of the agent's script sees (``sandbox.gpus_per_slot``; 0: none).
+        action: ``script`` (the agent writes the whole script) or ``model`` (the model of a fixed
+            pipeline, single-turn; see :mod:`.model_slot`).
     """
+    from wmrl.autoresearch.training.model_slot import ACTIONS
+
+    if action not in ACTIONS:
+        raise ValueError(f"action must be one of {ACTIONS}; got {action!r}")
+    if action == "model" and turns != 1:
+        raise ValueError(
+            "the model action is single-turn (turns=1): its pipeline is fixed, there is nothing to revise"
+        )
     rows = []
     # The system prompt lists the libraries: the overview's budget goes to the data.
     budget = OverviewConfig(max_tokens=overview_tokens, libraries=False)
     for entry in tasks:
         env = SandboxEnvironment.from_task(entry.task, libraries=libraries, gpus=gpus)
-        overview = overview_from_task(entry.task, environment=env, config=budget, tokens=tokens)
-        prompt = [
-            {"role": "system", "content": system_prompt(env, turns=turns)},
-            {"role": "user", "content": first_user_message(overview)},
-        ]
+        slot: dict[str, str] = {}
+        if action == "model":  # a brief of the task, not the overview: the pipeline reads the data
+            from wmrl.autoresearch.training.corpus import TaskSchema
+            from wmrl.autoresearch.training.model_slot import pipeline_head, pipeline_tail, task_brief
+
+            schema = TaskSchema.from_task(entry.task)
+            slot = {"slot_head": pipeline_head(schema), "slot_tail": pipeline_tail(schema)}
+            brief = task_brief(entry.task, schema)
+            prompt = [
+                {"role": "system", "content": model_system_prompt(env)},
+                {"role": "user", "content": model_user_message(brief, slot["slot_head"], slot["slot_tail"])},
+            ]
+        else:
+            overview = overview_from_task(entry.task, environment=env, config=budget, tokens=tokens)
+            prompt = [
+                {"role": "system", "content": system_prompt(env, turns=turns)},
+                {"role": "user", "content": first_user_message(overview)},
+            ]
         for k in range(prompts_per_task):
             prompt_id = entry.task.id if prompts_per_task == 1 else f"{entry.task.id}#{k}"
             rows.append(
-                {"prompt": prompt, "prompt_id": prompt_id, "task_id": entry.task.id, "task_ref": entry.ref}
+                {
+                    "prompt": prompt,
+                    "prompt_id": prompt_id,
+                    "task_id": entry.task.id,
+                    "task_ref": entry.ref,
+                    **slot,
+                }
             )
     return rows

@@ -280,17 +280,30 @@ def _vllm_args(g, on_cpu: bool) -> dict:
     return args
 
 
-def _peft_config(config: TrainConfig):
+def _peft_config(config: TrainConfig, model=None):
+    """PEFT's LoRA config of ``config.lora`` (``None`` without LoRA); ``model`` gives the decoder's
+    layer count that ``lora.last_layers`` counts from."""
     if not config.lora.enabled:
         return None
     from peft import LoraConfig
 
+    from wmrl.core.config import ConfigError
+
     lora = config.lora
+    layers = None
+    if lora.last_layers:
+        total = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+        if not isinstance(total, int):
+            raise ConfigError("lora.last_layers needs a model whose config names num_hidden_layers")
+        if lora.last_layers > total:
+            raise ConfigError(f"lora.last_layers={lora.last_layers} but the model has {total} decoder layers")
+        layers = list(range(total - lora.last_layers, total))
     return LoraConfig(
         r=lora.r,
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
         target_modules=list(lora.target_modules),
+        layers_to_transform=layers,
         task_type="CAUSAL_LM",
     )
 
@@ -466,6 +479,7 @@ def run_training(
             tokens=policy.tokenizer,
             libraries=AGENT_LIBRARIES,
             gpus=config.sandbox.gpu_count,
+            action=config.tasks.action,
         )
         held = 0.0  # accelerators this process holds: its own GPU per rank, all GPUs for one process
         if device.startswith("cuda"):
@@ -493,7 +507,7 @@ def run_training(
             real_metrics=execution_metrics,
             completions=CompletionsTable(out) if config.logging.completions and main else None,
             completions_to_print=config.logging.completions_to_print if config.logging.completions else 0,
-            peft_config=_peft_config(config),
+            peft_config=_peft_config(config, policy.model),
             callbacks=[run_log],
             metrics_fn=_pool_metrics(anchor),
         )

@@ -29,7 +29,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from wmrl.autoresearch.training.config import ModelSection, SandboxSection
 from wmrl.core.config import require
@@ -70,6 +70,8 @@ class CorpusSection:
             whole corpus instead of the baseline pool: a *world model* fine-tuned on what a run
             executed (``world_model.backend.path=<final>`` of a later run). Nothing is executed
             again; every pair's task must be one of the training tasks.
+        action: what the agent examples teach: ``script`` (whole scripts) or ``model`` (the model
+            block of a fixed pipeline, ``tasks.action=model`` of the GRPO run that follows).
     """
 
     ids: tuple[str, ...] = ()
@@ -85,9 +87,17 @@ class CorpusSection:
     world_model_code_max_chars: int = 4000
     world_model_worked_example: bool = False
     anchor_runs: tuple[str, ...] = ()
+    action: Literal["script", "model"] = "script"
 
     def __post_init__(self) -> None:
         require(len(set(self.ids)) == len(self.ids), f"corpus.ids has duplicates: {list(self.ids)}")
+        require(
+            self.action in ("script", "model"), f"corpus.action must be script or model; got {self.action!r}"
+        )
+        require(
+            self.action == "script" or self.turns == 1,
+            "corpus.action=model is single-turn: corpus.turns must be 1",
+        )
         if self.limit is not None:
             _int(self.limit, "corpus.limit", 1)
         _int(self.agent_per_task, "corpus.agent_per_task", 1)
@@ -179,6 +189,7 @@ def sft_rows(corpus, tasks, config: WarmStartConfig, tokenizer) -> list[dict[str
             tokens=tokenizer,
             libraries=AGENT_LIBRARIES,
             gpus=config.sandbox.gpu_count,
+            action=c.action,
         )
     }
     wm_overviews: dict[str, str] = {}
@@ -330,6 +341,7 @@ def run_sft(
                 workers=config.sandbox.workers,
                 exclude=c.exclude,
                 log=log,
+                action=c.action,
             )
             corpus.write(corpus_file)
             summary = corpus.summary()
@@ -371,7 +383,7 @@ def run_sft(
             args=_sft_args(config, out, device, steps_per_epoch),
             train_dataset=dataset,
             processing_class=policy.tokenizer,
-            peft_config=_peft_config(config),
+            peft_config=_peft_config(config, policy.model),
             callbacks=[run_log, _StageMarker()],
         )
         trainer.remove_callback(ProgressCallback)

@@ -6,6 +6,8 @@ sources grade. Here the item is a :class:`~wmrl.autoresearch.tasks.Solution` (ta
 from the reply). A reply with no script is ``malformed``: its reward is the ladder's syntax-error
 rung, known exactly without asking either source (:class:`~wmrl.core.rollouts.Exact`), identically
 in both streams. (The real grader would otherwise *run* an empty script and call it "no submission".)
+With the ``model`` action the row carries the fixed pipeline (``slot_head``, ``slot_tail``) and the
+item is the assembled script (:func:`~wmrl.autoresearch.training.model_slot.assemble`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from wmrl.autoresearch.agent.actions import parse_action
 from wmrl.autoresearch.agent.feedback import ExecutionFeedback
 from wmrl.autoresearch.grading.ladder import RewardLadder
 from wmrl.autoresearch.tasks.model import Solution
+from wmrl.autoresearch.training.model_slot import assemble
 from wmrl.core.rollouts import Exact
 
 __all__ = ["EXECUTION_METRICS", "ItemFn", "execution_metrics", "solution_items", "solution_key"]
@@ -48,7 +51,10 @@ def solution_items(task_column: str = "task_ref", ladder: RewardLadder | None = 
         action = parse_action(text)
         if action.malformed:
             return Exact(rung, "malformed", ExecutionFeedback("malformed", reward=rung))
-        return Solution(str(row[task_column]), action.code or "")
+        code = action.code or ""
+        if row.get("slot_head") is not None:  # the model action: the reply is the block of a fixed pipeline
+            code = assemble(row["slot_head"], code, row.get("slot_tail") or "")
+        return Solution(str(row[task_column]), code)
 
     return item
 

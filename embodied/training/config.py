@@ -317,6 +317,10 @@ class EmbodiedTrainConfig(TrainConfigBase):
         super().__post_init__()
         if self.torch_threads is not None:
             _positive_int("torch_threads", self.torch_threads)
+        require(
+            self.lora.last_layers == 0,
+            "lora.last_layers is not supported by the MiniVLA policy's adapters: set 0 (every layer)",
+        )
         n_tasks, n_states = len(self.env.task_ids), len(self.env.state_ids)
         per_task = -(-self.groups_per_step // n_tasks)
         require(

@@ -230,6 +230,10 @@ class EmbodiedSFTConfig:
 
     def __post_init__(self) -> None:
         _int("epochs", self.epochs, 1)
+        require(
+            self.lora.last_layers == 0,
+            "lora.last_layers is not supported by the MiniVLA policy's adapters: set 0 (every layer)",
+        )
         require(self.learning_rate > 0, f"learning_rate must be > 0; got {self.learning_rate}")
         _int("seed", self.seed, 0)
         _int("microbatch_size", self.microbatch_size, 1)

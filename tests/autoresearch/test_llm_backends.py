@@ -195,3 +195,41 @@ def test_backend_base_generate_delegates_to_complete():
         ["hello there:0:4", "hello there:1:4"],
         ["a much longer question about pandas:0:4", "a much longer question about pandas:1:4"],
     ]
+
+
+def test_scoring_reuses_the_previous_prompts_shared_prefix_and_scores_the_same(backend):
+    """Prompts that share a long prefix (the world model's instructions and task overview) re-encode
+    only what follows it; the scores are those of a fresh full pass over each prompt."""
+    from wmrl.autoresearch.llm.hf import TransformersBackend
+
+    shared = "Task: predict the body mass of penguins from their measurements. " * 6
+    prompts = [
+        [{"role": "system", "content": "You judge scripts."}, {"role": "user", "content": shared + tail}]
+        for tail in ("model = Ridge()", "model = RandomForestRegressor(n_estimators=50)", "model = None")
+    ]
+    candidates = ['valid"', 'runtime_error"', ["x", "0.5,"]]
+    reusing = TransformersBackend(backend.model, backend.tokenizer)
+    calls = []
+    real_forward = reusing.model.forward
+
+    def counting_forward(*args, **kwargs):
+        calls.append(kwargs["input_ids"].shape[1])
+        return real_forward(*args, **kwargs)
+
+    reusing.model.forward = counting_forward
+    try:
+        got = [reusing.score_continuations(p, '{"status": "', candidates) for p in prompts]
+    finally:
+        del reusing.model.forward
+    for prompt, scores in zip(prompts, got, strict=True):
+        fresh = TransformersBackend(backend.model, backend.tokenizer)
+        assert scores == pytest.approx(
+            fresh.score_continuations(prompt, '{"status": "', candidates), abs=2e-4
+        )
+    full = len(
+        backend.tokenizer(backend.render(prompts[1], '{"status": "'), add_special_tokens=False)["input_ids"]
+    )
+    # each prompt: one prefill and one candidates pass; the 2nd and 3rd prefills skip the shared prefix
+    prefills = calls[0::2]
+    assert len(calls) == 6 and prefills[0] > TransformersBackend.MIN_SHARED_PREFIX
+    assert max(prefills[1:]) < full - TransformersBackend.MIN_SHARED_PREFIX

@@ -261,3 +261,30 @@ def test_rejects_normalize_then_sum_and_bad_modes(tmp_path):
         )
     with pytest.raises(ValueError, match=r"prompt id|prompt_id"):
         make_trainer(tmp_path, "wmrl", dataset=prompt_dataset().remove_columns("prompt_id"))
+
+
+def test_generation_prefills_each_groups_prompt_once(tmp_path, monkeypatch):
+    """TRL hands generation each prompt once per rollout; the trainer encodes it once per group and
+    still returns one completion per rollout, each through its first stop token."""
+    import wmrl.core.engines.trl.trainer as trainer_module
+
+    calls = []
+    real = trainer_module.generate_shared
+
+    def counting(model, prompts, n, pad_id, **kwargs):
+        out = real(model, prompts, n, pad_id, **kwargs)
+        calls.append((len(prompts), n, out.shape[0]))
+        return out
+
+    monkeypatch.setattr(trainer_module, "generate_shared", counting)
+    trainer, _, _ = make_trainer(tmp_path, "real", args=grpo_args(tmp_path, prompts_per_step=2, group=3))
+    spy = Spy(trainer)
+    trainer.train()
+    assert calls == [(2, 3, 6), (2, 3, 6)]  # 2 prompts of 3 rollouts, 2 steps
+    stops = set(trainer.eos_token_ids)
+    for output in spy.outputs:
+        ids, mask = output["completion_ids"], output["completion_mask"]
+        assert ids.shape[0] == 6
+        for row, keep in zip(ids.tolist(), mask.tolist(), strict=True):
+            kept = [t for t, m in zip(row, keep, strict=True) if m]
+            assert kept and all(t not in stops for t in kept[:-1])  # nothing kept after a stop token

@@ -26,7 +26,7 @@ of :mod:`wmrl.core.pipeline`) and restored by ``train(resume_from_checkpoint=...
 Ctrl-C finishes the step in progress, saves a checkpoint and stops (:attr:`stopped_early`).
 
 TRL's private methods are overridden here (``_calculate_rewards``, ``_generate_and_score_completions``,
-``_generate``, ``_prepare_inputs``, ``_save_checkpoint``, ``_load_optimizer_and_scheduler``); they
+``_generate``, ``_generate_single_turn`` (one prefill per group, :mod:`.shared_prefill`), ``_prepare_inputs``, ``_save_checkpoint``, ``_load_optimizer_and_scheduler``); they
 are those of TRL 1.16 (:data:`SUPPORTED_TRL`; the trainer refuses another minor version).
 """
 
@@ -51,6 +51,7 @@ from trl import GRPOTrainer
 from wmrl.core.completions import CompletionsTable, completion_rows, format_sample
 from wmrl.core.corrector import Correction, Corrector, CorrectorConfig, Plan
 from wmrl.core.engines.trl.multiturn import EpisodeFactory, TurnContext, multi_turn_rollout
+from wmrl.core.engines.trl.shared_prefill import equal_runs, generate_shared
 from wmrl.core.interrupt import GracefulStop
 from wmrl.core.ledger import CostLedger
 from wmrl.core.modes import Mode
@@ -442,6 +443,56 @@ class WMRLGRPOTrainer(GRPOTrainer):
         if self._wmrl_step is not None:
             self._wmrl_step.add_time({"generation": elapsed})
         return output
+
+    def _generate_single_turn(
+        self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False
+    ):
+        """TRL's generation, with one prefill per group on the transformers path (:mod:`.shared_prefill`).
+
+        Anything else (vLLM, images or other multimodal inputs, tools, DeepSpeed or FSDP, groups of
+        unequal size) goes to TRL's own path unchanged."""
+        runs = equal_runs(prompt_ids)
+        plain = (
+            self.use_vllm
+            or images is not None
+            or bool(multimodal_fields)
+            or bool(getattr(self, "tools", None))
+            or self.is_deepspeed_enabled
+            or self.is_fsdp_enabled
+            or runs is None
+            or any(len(p) < 2 for p in prompt_ids)
+        )
+        if plain:
+            return super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
+        from trl.models import unwrap_model_for_generation
+
+        firsts = [sum(runs[:k]) for k in range(len(runs))]
+        with (
+            unwrap_model_for_generation(
+                self.model_wrapped,
+                self.accelerator,
+                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                generation_kwargs=self.generation_kwargs,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ) as model,
+            torch.no_grad(),
+        ):
+            out = generate_shared(
+                model,
+                [prompt_ids[k] for k in firsts],
+                runs[0],
+                self.processing_class.pad_token_id,
+                generation_config=self.generation_config,
+            )
+        width = max(len(p) for p in prompt_ids)
+        stops = set(self.eos_token_ids)
+        completion_ids = []
+        for row in out[:, width:].tolist():  # through the first stop token, as TRL masks it
+            end = next((k + 1 for k, token in enumerate(row) if token in stops), len(row))
+            completion_ids.append(row[:end])
+        return completion_ids, None
 
     def _generate_and_score_completions(self, inputs):
         if not self.model.training:
