@@ -128,3 +128,24 @@ def test_training_tasks_and_prompt_rows():
     assert system["role"] == "system" and "up to 3 attempts" in system["content"]
     assert user["role"] == "user" and "SUBMISSION CONTRACT" in user["content"] and "30 s" in user["content"]
     assert rows[0]["task_ref"] == TRAIN_TASKS[0] and rows[0]["task_id"] == TRAIN_TASKS[0]
+
+
+def test_lora_last_layers_puts_adapters_in_the_top_layers_only():
+    pytest.importorskip("peft")
+    from wmrl.autoresearch.llm.tiny import build_tiny_model
+    from wmrl.autoresearch.training.config import TrainConfig
+    from wmrl.autoresearch.training.run import _peft_config
+    from wmrl.core.config import ConfigError
+    from wmrl.core.train_config import LoraConfig
+
+    model, _ = build_tiny_model()
+    total = model.config.num_hidden_layers
+    assert _peft_config(TrainConfig(), model).layers_to_transform is None  # 0: every layer
+    top = _peft_config(TrainConfig(lora=LoraConfig(last_layers=1)), model)
+    assert top.layers_to_transform == [total - 1]
+    with pytest.raises(ConfigError, match="decoder layers"):
+        _peft_config(TrainConfig(lora=LoraConfig(last_layers=total + 1)), model)
+    with pytest.raises(ConfigError, match="num_hidden_layers"):
+        _peft_config(TrainConfig(lora=LoraConfig(last_layers=1)), object())
+    with pytest.raises(ConfigError, match="last_layers"):
+        LoraConfig(last_layers=-1)

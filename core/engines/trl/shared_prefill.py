@@ -4,7 +4,8 @@ TRL's transformers path (no vLLM) hands ``generate`` each prompt G times, so the
 G times. On a CPU, with prompts several times longer than the replies, that prefill is most of
 generation. Here each distinct prompt minus its last token is encoded once, its cache is repeated
 for its G rollouts, and ``generate`` continues from there (the documented cache-reuse pattern of
-``transformers``): the samples follow the same distribution (the random draws differ).
+``transformers``): the samples follow the same distribution. Prefilling draws no random numbers, so
+with the same generator state the samples are those of TRL's path, up to float rounding of the logits.
 
 :func:`equal_runs` finds the groups (TRL's sampler puts a prompt's G copies next to each other);
 :func:`generate_shared` generates. vLLM has prefix caching of its own and does not come here.
