@@ -334,6 +334,14 @@ def render_script(schema: TaskSchema, recipe: Recipe) -> str:
     lines.append(f"model = {ctor}")
     y = f'train["{schema.target}"]'
     lines.append(f"model.fit(X[: len(train)], {'np.log1p(' + y + ')' if recipe.log_target else y})")
+    lines += submission_lines(schema, log_target=recipe.log_target)
+    return "\n".join(lines)
+
+
+def submission_lines(schema: TaskSchema, log_target: bool = False) -> list[str]:
+    """The lines after ``model`` is fitted: predict the test rows of ``X`` (``expm1`` back from a log
+    target), build the submission with the id columns, write it to ``SUBMISSION_PATH``."""
+    lines = []
     ids = json.dumps(list(schema.id_columns))
     if schema.kind == "multiclass_proba":
         lines.append("sub = pd.DataFrame(model.predict_proba(X[len(train) :]), columns=model.classes_)")
@@ -342,7 +350,7 @@ def render_script(schema: TaskSchema, recipe: Recipe) -> str:
     else:
         if schema.kind == "binary_proba":
             pred = "model.predict_proba(X[len(train) :])[:, 1]"
-        elif recipe.log_target:
+        elif log_target:
             pred = "np.expm1(model.predict(X[len(train) :]))"
         else:
             pred = "model.predict(X[len(train) :])"
@@ -351,7 +359,7 @@ def render_script(schema: TaskSchema, recipe: Recipe) -> str:
         lines.append(f"sub = test[{ids}].copy()")
         lines.append(f'sub["{schema.submission_columns[0]}"] = {pred}')
     lines.append('sub.to_csv(os.environ["SUBMISSION_PATH"], index=False)')
-    return "\n".join(lines)
+    return lines
 
 
 def render_plan(schema: TaskSchema, recipe: Recipe) -> str:

@@ -24,7 +24,13 @@ from __future__ import annotations
 import json
 
 from wmrl.autoresearch.tasks.model import Task
-from wmrl.autoresearch.training.corpus import _NEEDS_SCALING, Recipe, TaskSchema, _estimator
+from wmrl.autoresearch.training.corpus import (
+    _NEEDS_SCALING,
+    Recipe,
+    TaskSchema,
+    _estimator,
+    submission_lines,
+)
 
 __all__ = [
     "ACTIONS",
@@ -114,23 +120,7 @@ def pipeline_head(schema: TaskSchema) -> str:
 
 def pipeline_tail(schema: TaskSchema) -> str:
     """The pipeline after the agent's block: fit ``model`` on the training rows, write the submission."""
-    lines = ["model.fit(X[: len(train)], y)"]
-    ids = json.dumps(list(schema.id_columns))
-    if schema.kind == "multiclass_proba":
-        lines.append("sub = pd.DataFrame(model.predict_proba(X[len(train) :]), columns=model.classes_)")
-        for i, column in enumerate(schema.id_columns):
-            lines.append(f'sub.insert({i}, "{column}", test["{column}"].to_numpy())')
-    else:
-        if schema.kind == "binary_proba":
-            pred = "model.predict_proba(X[len(train) :])[:, 1]"
-        else:
-            pred = "model.predict(X[len(train) :])"
-        if schema.clip_negative:
-            pred = f"np.clip({pred}, 0, None)"
-        lines.append(f"sub = test[{ids}].copy()")
-        lines.append(f'sub["{schema.submission_columns[0]}"] = {pred}')
-    lines.append('sub.to_csv(os.environ["SUBMISSION_PATH"], index=False)')
-    return "\n".join(lines)
+    return "\n".join(["model.fit(X[: len(train)], y)", *submission_lines(schema)])
 
 
 def assemble(head: str, block: str, tail: str) -> str:

@@ -444,6 +444,18 @@ class WMRLGRPOTrainer(GRPOTrainer):
             self._wmrl_step.add_time({"generation": elapsed})
         return output
 
+    def _generation_model(self):
+        """TRL's context for generating with the policy (its weights gathered and unwrapped)."""
+        from trl.models import unwrap_model_for_generation
+
+        return unwrap_model_for_generation(
+            self.model_wrapped,
+            self.accelerator,
+            gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+            generation_kwargs=self.generation_kwargs,
+            gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+        )
+
     def _generate_single_turn(
         self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False
     ):
@@ -466,17 +478,9 @@ class WMRLGRPOTrainer(GRPOTrainer):
             return super()._generate_single_turn(
                 prompt_ids, images, multimodal_fields, num_generations, has_tool_images
             )
-        from trl.models import unwrap_model_for_generation
-
         firsts = [sum(runs[:k]) for k in range(len(runs))]
         with (
-            unwrap_model_for_generation(
-                self.model_wrapped,
-                self.accelerator,
-                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-                generation_kwargs=self.generation_kwargs,
-                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
-            ) as model,
+            self._generation_model() as model,
             torch.no_grad(),
         ):
             out = generate_shared(
@@ -725,8 +729,6 @@ class WMRLGRPOTrainer(GRPOTrainer):
         """Sample one reply per context with the policy; the new token ids through the first stop token."""
         import copy
 
-        from trl.models import unwrap_model_for_generation
-
         tokenizer = self.processing_class
         pad = tokenizer.pad_token_id
         width = max(len(c) for c in contexts)
@@ -738,13 +740,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
         config = copy.deepcopy(self.generation_config)
         config.max_new_tokens = max_new_tokens
         with (
-            unwrap_model_for_generation(
-                self.model_wrapped,
-                self.accelerator,
-                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-                generation_kwargs=self.generation_kwargs,
-                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
-            ) as model,
+            self._generation_model() as model,
             torch.no_grad(),
         ):
             device = self.accelerator.device
