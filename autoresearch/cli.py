@@ -11,7 +11,7 @@
   training, the supervised warm start and held-out evaluation, with the flags every domain shares
   (``wmrl.autoresearch.training.commands``).
 * ``wmrl bench autoresearch``: the real-LM benchmark of the three modes (``wmrl.autoresearch.evaluation.bench``).
-* ``wmrl autoresearch warm-start``: build (once) and show the cached embedded warm start ``smollm2-warm``.
+* ``wmrl autoresearch warm-start``: build (once) and show a cached embedded warm start (``smollm2-warm-model``, the default, or ``smollm2-warm``).
 
 The short forms ``wmrl tasks``, ``wmrl grade`` and ``wmrl wm-fidelity`` keep working (not listed).
 """
@@ -81,16 +81,17 @@ def register(root) -> None:
     _add_verbs(domain, hidden=False)
     warm = domain.command(
         "warm-start",
-        "build (once) the embedded warm start 'smollm2-warm' that `wmrl train autoresearch` starts from, and "
-        "print where it is cached",
+        "build (once) the embedded warm start that `wmrl train autoresearch` starts from ('smollm2-warm-model'; "
+        "--action script: 'smollm2-warm'), and print where it is cached",
         _warm_start,
     )
     warm.add_argument(
         "--action",
         choices=("script", "model"),
-        default="script",
-        help="which warm start: 'script' builds smollm2-warm (whole scripts), 'model' builds "
-        "smollm2-warm-model (the model block of a fixed pipeline, for tasks.action=model)",
+        default="model",
+        help="which warm start: 'model' (default, what `wmrl train autoresearch` starts from) builds "
+        "smollm2-warm-model (the model block of a fixed pipeline), 'script' builds smollm2-warm (whole "
+        "scripts: the bench's and tasks.action=script's)",
     )
     warm.add_argument("--rebuild", action="store_true", help="build it again even if it is cached")
     warm.add_argument("--no-progress", action="store_true", help="hide progress bars")

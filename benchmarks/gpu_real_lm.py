@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-#: The quickstart's two training tasks (``wmrl train autoresearch``'s embedded default).
+#: The script action's quickstart tasks (``wmrl train autoresearch``'s embedded default until 2026-12-05).
 QUICKSTART_TASKS = ("penguin-body-mass", "breast-cancer-diagnosis")
 
 
@@ -302,7 +302,7 @@ def train_command(
         f"tasks.prompts_per_task={plan.prompts_per_task}", f"grpo.micro_batch_size={plan.micro_batch_size}",
         f"grpo.max_completion_tokens={plan.max_new_tokens}", f"sandbox.workers={plan.sandbox_workers}",
         f"world_model.backend.batch_size={plan.wm_batch_size}", f"learning_rate={plan.learning_rate}",
-        f"seed={seed}", "logging.report_to=[]",
+        f"seed={seed}", "logging.report_to=[]", "tasks.action=script", "lora.last_layers=0",
         # a checkpoint every step: a run stopped twice at the deadline loses at most the step in flight
         "checkpoint.every=1", "checkpoint.keep=1", *anchors, *plan.extra_train, *settings,
     ]  # fmt: skip

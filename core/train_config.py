@@ -67,7 +67,7 @@ class LoraConfig:
         dropout: dropout on the adapter input.
         target_modules: module names that get adapters.
         last_layers: adapters only in the last ``last_layers`` decoder layers (PEFT's
-            ``layers_to_transform``); 0: every layer. The backward pass then stops below them, so an
+            ``layers_to_transform``); 0, or at least the model's layer count: every layer. The backward pass then stops below them, so an
             update costs the forward pass plus about ``last_layers / layers`` of the full backward.
     """
 

@@ -295,9 +295,8 @@ def _peft_config(config: TrainConfig, model=None):
         total = getattr(getattr(model, "config", None), "num_hidden_layers", None)
         if not isinstance(total, int):
             raise ConfigError("lora.last_layers needs a model whose config names num_hidden_layers")
-        if lora.last_layers > total:
-            raise ConfigError(f"lora.last_layers={lora.last_layers} but the model has {total} decoder layers")
-        layers = list(range(total - lora.last_layers, total))
+        if lora.last_layers < total:  # a model with no more layers than that: every layer
+            layers = list(range(total - lora.last_layers, total))
     return LoraConfig(
         r=lora.r,
         lora_alpha=lora.alpha,

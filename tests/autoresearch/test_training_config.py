@@ -13,13 +13,15 @@ from wmrl.core.config import ConfigError, from_dict, load_config, to_dict
 def test_defaults_are_the_embedded_quickstart():
     c = TrainConfig()
     assert c.mode == "wmrl"
-    # the warm-started embedded model, and a frozen copy of it as the world model
-    assert c.model.path == "smollm2-warm" and c.world_model.backend.path is None
+    # the model action's warm start, and a frozen copy of it as the world model
+    assert c.tasks.action == "model" and c.model.path == "smollm2-warm-model"
+    assert c.world_model.backend.path is None
     assert c.model.device == "cpu" and c.sandbox.backend == "bwrap"
-    # two bundled training tasks, never a held-out one
+    # one bundled training task, never a held-out one; the reply budget is the action's
     from wmrl.autoresearch.tasks.suite import suite_split
 
-    assert len(c.tasks.ids) == 2 and {suite_split(t) for t in c.tasks.ids} == {"train"}
+    assert len(c.tasks.ids) == 1 and {suite_split(t) for t in c.tasks.ids} == {"train"}
+    assert c.grpo.max_completion_tokens == 96 and c.lora.last_layers == 8
     assert c.world_model.scoring == "status_probs"  # one prefill per script
     assert 1 <= c.steps <= 10 and c.group_size >= 2 and c.episode.turns == 1
     # the anchors it prints are the anchors it realises: exactly floor-or-fraction groups per step
@@ -44,6 +46,9 @@ def test_overrides_and_the_mode_preset():
     assert c.corrector.debias.min_pairs == TrainConfig().corrector.debias.min_pairs == 8
 
 
+SCRIPTS = ["tasks.action=script", "model.path=smollm2-warm"]
+
+
 def test_files_and_strictness(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text('mode = "world_model"\nsteps = 2\ngroup_size = 3\n[tasks]\nids = ["wine-cultivar"]\n')
@@ -62,7 +67,15 @@ def test_files_and_strictness(tmp_path):
         load_config(TrainConfig, None, ['tasks.ids=["a", "a"]'])
     assert load_config(TrainConfig, None, ["tasks.ids=[iris, wine]"]).tasks.ids == ("iris", "wine")
     with pytest.raises(ConfigError, match=r"active_share and \.rollout_share must be 0"):
-        load_config(TrainConfig, None, ["episode.turns=2", "corrector.scheduler.active_share=0.5"])
+        load_config(TrainConfig, None, [*SCRIPTS, "episode.turns=2", "corrector.scheduler.active_share=0.5"])
+    with pytest.raises(ConfigError, match=r"tasks\.action=script model\.path=smollm2-warm"):
+        load_config(TrainConfig, None, ["episode.turns=2"])  # the default action is single-turn
+    assert load_config(TrainConfig, None, [*SCRIPTS, "episode.turns=2"]).episode.turns == 2
+    # a policy warm-started for one action is refused for the other
+    with pytest.raises(ConfigError, match="warm start of the model action"):
+        load_config(TrainConfig, None, ["tasks.action=script"])
+    script = load_config(TrainConfig, None, SCRIPTS)
+    assert script.grpo.max_completion_tokens == 352  # the action's reply budget
     with pytest.raises(ConfigError, match=r"sandbox\.cache=false"):  # repeats must really re-execute
         load_config(TrainConfig, None, ["corrector.scheduler.repeat_share=0.2"])
     assert load_config(TrainConfig, None, ["corrector.scheduler.repeat_share=0.2", "sandbox.cache=false"])
@@ -83,7 +96,7 @@ def test_cli_prints_the_resolved_config_and_rejects_bad_ones(capsys, tmp_path):
     # the annotated YAML is the same config, with each key documented, and loads back through --config
     assert main(["train", "autoresearch", "--print-config", "steps=2", "mode=real"]) == 0
     text = capsys.readouterr().out
-    assert "# training steps" in text and "[default: 4]" in text
+    assert "# training steps" in text and "[default: 8]" in text
     assert from_dict(TrainConfig, yaml.safe_load(text)) == resolved
     (tmp_path / "printed.yaml").write_text(text)
     assert (
@@ -140,11 +153,11 @@ def test_lora_last_layers_puts_adapters_in_the_top_layers_only():
 
     model, _ = build_tiny_model()
     total = model.config.num_hidden_layers
-    assert _peft_config(TrainConfig(), model).layers_to_transform is None  # 0: every layer
+    assert _peft_config(TrainConfig(lora=LoraConfig()), model).layers_to_transform is None  # 0: every layer
     top = _peft_config(TrainConfig(lora=LoraConfig(last_layers=1)), model)
     assert top.layers_to_transform == [total - 1]
-    with pytest.raises(ConfigError, match="decoder layers"):
-        _peft_config(TrainConfig(lora=LoraConfig(last_layers=total + 1)), model)
+    # no more layers than that: every layer
+    assert _peft_config(TrainConfig(lora=LoraConfig(last_layers=total)), model).layers_to_transform is None
     with pytest.raises(ConfigError, match="num_hidden_layers"):
         _peft_config(TrainConfig(lora=LoraConfig(last_layers=1)), object())
     with pytest.raises(ConfigError, match="last_layers"):

@@ -75,7 +75,7 @@ def test_a_section_named_in_an_override_keeps_its_parents_defaults():
 
 @pytest.mark.trl
 def test_domain_sections_keep_their_domain_defaults():
-    from wmrl.autoresearch.training.config import QUICKSTART_TASKS, TrainConfig
+    from wmrl.autoresearch.training.config import QUICKSTART_TASK, TrainConfig
     from wmrl.autoresearch.training.sft import WarmStartConfig
 
     sft = load_config(WarmStartConfig, None, ["model.device=cuda"])
@@ -86,7 +86,7 @@ def test_domain_sections_keep_their_domain_defaults():
     assert (
         run.corrector.debias == default.corrector.debias and run.corrector.fusion == default.corrector.fusion
     )
-    assert run.tasks.ids == QUICKSTART_TASKS and run.tasks.limit == 1
+    assert run.tasks.ids == (QUICKSTART_TASK,) and run.tasks.limit == 1
     # a setting of another section than the mode's own does not contradict the mode
     real = load_config(TrainConfig, None, ["mode=real", "corrector.debias.min_pairs=4"])
     assert real.corrector.scheduler.fraction == 1.0 and real.corrector.debias.min_pairs == 4

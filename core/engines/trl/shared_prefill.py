@@ -68,11 +68,13 @@ def generate_shared(model: Any, prompts: Sequence[Sequence[int]], n: int, pad_id
     cache = first["cache"] if "cache" in first else first["past_key_values"]
     cache.batch_repeat_interleave(n)
     del first
-    # transformers 5.2x renamed past_key_values -> cache (the old name warns); accept both
-    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    # transformers 5.2x renamed past_key_values -> cache (the old name warns); accept both. A PEFT
+    # wrapper's forward takes **kwargs: ask the model it wraps.
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    cache_kw = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
     return model.generate(
         input_ids=ids.repeat_interleave(n, dim=0),
         attention_mask=mask.repeat_interleave(n, dim=0),
         **{cache_kw: cache},
-        **{**kwargs, "num_return_sequences": 1},
+        **kwargs,
     )
