@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from wmrl.autoresearch.evaluation.report import EvalReport, RolloutGrade, aggregate, task_report
+from wmrl.autoresearch.training.policy_action import trained_action_of
 from wmrl.core.errors import UserError
 
 __all__ = [
@@ -116,33 +117,6 @@ def training_tasks_of(
     if found:
         return list(dict.fromkeys(found)), " + ".join(sources)
     return list(TRAIN_TASKS), "the bundled training split"
-
-
-def trained_action_of(model: str | os.PathLike) -> tuple[str, str]:
-    """What the policy was trained to write (``script`` or ``model``), and where that answer came from:
-    an embedded warm start's own action, else the run's ``config.json`` next to (or above) the model
-    folder (``tasks.action`` of a GRPO run, ``corpus.action`` of a warm start), else ``script``."""
-    from wmrl.autoresearch.training.warm import WARM_SPECS
-
-    if str(model) in WARM_SPECS:
-        return WARM_SPECS[str(model)], str(model)
-    path = Path(model)
-    for folder in (path, path.parent, path.parent.parent):
-        config = folder / "config.json"
-        if not (path.exists() and config.is_file()):
-            continue
-        try:
-            data = json.loads(config.read_text())
-        except json.JSONDecodeError:
-            continue
-        section = (
-            data.get("tasks") if isinstance(data, dict) and isinstance(data.get("tasks"), dict) else None
-        )
-        if section is None and isinstance(data, dict) and isinstance(data.get("corpus"), dict):
-            section = data["corpus"]
-        if section is not None:
-            return str(section.get("action") or "script"), str(config)
-    return "script", "the default"
 
 
 def _task_id(ref: str, load_task, roots: dict[str, Any] | None = None) -> str:
@@ -279,7 +253,7 @@ def evaluate_policy(
     leaderboards DSBench tasks are ranked on; ``data_dir``: MLE-bench's data folder.
     ``progress``: a bar over the graded turns.
     ``action``: what the policy writes (``script`` or ``model``; ``None``: as it was trained,
-    :func:`trained_action_of`). ``record``: called with every graded turn as it is
+    :func:`~wmrl.autoresearch.training.policy_action.trained_action_of`). ``record``: called with every graded turn as it is
     graded (``seed``, ``task_id``, ``sample``, ``turn``, the ``reply``, its ``status``, ``reward``,
     ``position``, ``medal``, and the ``feedback`` the next turn shows), so what was generated and
     what it scored is kept even if the evaluation stops.

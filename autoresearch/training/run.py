@@ -346,6 +346,20 @@ def plot_learning(run_dir: Path) -> Path | None:
     return path
 
 
+def _check_policy_action(config: TrainConfig) -> None:
+    """Refuse a policy whose run recorded the other action: a script policy asked for a model block
+    (or the reverse) writes replies that do not fit the prompt, and GRPO would start from nothing."""
+    from wmrl.autoresearch.training.policy_action import trained_action_of
+    from wmrl.core.config import ConfigError
+
+    action, source = trained_action_of(config.model.path)
+    if source != "the default" and action != config.tasks.action:
+        raise ConfigError(
+            f"model.path={config.model.path} was trained for tasks.action={action} ({source}), but this run "
+            f"has tasks.action={config.tasks.action}: set tasks.action={action}, or start from a policy of that action"
+        )
+
+
 def run_training(
     config: TrainConfig,
     out_dir: str | os.PathLike | RunDirectory,
@@ -422,6 +436,7 @@ def run_training(
             f"distinct prompts per step, but {len(tasks)} tasks x tasks.prompts_per_task "
             f"{config.tasks.prompts_per_task} give {prompts}: raise tasks.prompts_per_task or add tasks"
         )
+    _check_policy_action(config)
     processes.wait_for_everyone()  # every rank has checked before the main one creates the run
     main = processes.is_main_process
     if main:

@@ -510,6 +510,7 @@ def run_sft_from_cli(config: WarmStartConfig, run_dir: RunDirectory, *, progress
         f"[wmrl] run directory: {result.run_dir} ({result.wall_s:.0f} s)",
         f"[wmrl]   loss: {_fmt(result.loss_first)} -> {_fmt(result.loss_last)}; corpus: {result.run_dir / 'corpus.jsonl'}",
         f"[wmrl]   warm-started policy: {result.final_model}",
-        f"[wmrl]   train from it: wmrl train autoresearch model.path={result.final_model}",
+        f"[wmrl]   train from it: wmrl train autoresearch model.path={result.final_model} "
+        f"tasks.action={config.corpus.action}",
         f"[wmrl]   evaluate it: wmrl eval autoresearch --model {result.final_model}",
     ]

@@ -174,7 +174,7 @@ def test_the_model_action_corpus_teaches_blocks_and_executes_the_assembled_scrip
 def test_evaluation_writes_what_the_policy_was_trained_to_write(tmp_path):
     import json
 
-    from wmrl.autoresearch.evaluation.run import trained_action_of
+    from wmrl.autoresearch.training.policy_action import trained_action_of
 
     run = tmp_path / "run"
     (run / "final").mkdir(parents=True)
@@ -185,3 +185,28 @@ def test_evaluation_writes_what_the_policy_was_trained_to_write(tmp_path):
     assert trained_action_of(run / "final")[0] == "script"
     assert trained_action_of("smollm2-warm-model") == ("model", "smollm2-warm-model")
     assert trained_action_of("smollm2-warm")[0] == "script"
+
+
+def test_training_refuses_a_policy_of_the_other_action_before_writing_a_run(tmp_path):
+    import json
+
+    from wmrl.autoresearch.training.config import ModelSection, TasksSection, TrainConfig
+    from wmrl.autoresearch.training.run import run_training
+    from wmrl.core.config import ConfigError
+
+    warm = tmp_path / "warm"
+    (warm / "final").mkdir(parents=True)
+    (warm / "config.json").write_text(json.dumps({"corpus": {"action": "script"}}))
+    config = TrainConfig(model=ModelSection(path=str(warm / "final")))
+    assert config.tasks.action == "model"
+    with pytest.raises(ConfigError, match=r"trained for tasks\.action=script"):
+        run_training(config, tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+    # the action it was trained for passes the check (and fails later: the folder holds no model)
+    ok = TrainConfig(
+        model=config.model, tasks=TasksSection(ids=config.tasks.ids, prompts_per_task=2, action="script")
+    )
+    from wmrl.autoresearch.llm.models import ModelNotFoundError
+
+    with pytest.raises(ModelNotFoundError):
+        run_training(ok, tmp_path / "out2", progress=False)
