@@ -42,6 +42,18 @@ def _value(x: Any) -> float | None:
     return None if math.isnan(x) else x
 
 
+def _stream(correction: Any, g: int, i: int) -> str:
+    """Which stream graded rollout ``i`` of group ``g``: ``memory`` (a solution executed before),
+    ``anchor`` (real execution this step) or ``world_model``."""
+    memory = getattr(correction, "from_memory", None)
+    if memory is not None and bool(memory[g, i]):
+        return "memory"
+    executed = getattr(correction, "executed", None)
+    if bool(correction.anchor[g]) or (executed is not None and bool(executed[g, i])):
+        return "anchor"
+    return "world_model"
+
+
 def completion_rows(
     step: int,
     group_keys: Sequence[str],
@@ -73,7 +85,7 @@ def completion_rows(
                 "group": str(group_keys[g]),
                 "rollout": i,
                 "task": None if task_keys is None else str(task_keys[g]),
-                "stream": "anchor" if bool(correction.anchor[g]) else "world_model",
+                "stream": _stream(correction, g, i),
                 "wm": _value(wm[g, i]),
                 "wm_calibrated": _value(calibrated[g, i]),
                 "real": _value(real[g, i]),

@@ -31,7 +31,9 @@ from wmrl.core.config import from_dict, require, to_dict
 from wmrl.core.debias import DebiasConfig, OnlineDebiaser
 from wmrl.core.execnoise import ExecutionNoise
 from wmrl.core.fusion import Fusion, FusionConfig, FusionInputs
-from wmrl.core.modes import MODE_PRESETS, Mode, apply_changes
+from wmrl.core.gain import GainInputs, within_sums
+from wmrl.core.memory import ExecutionMemory, MemoryConfig, MemoryLookup
+from wmrl.core.modes import MODE_PRESETS, Mode, apply_changes, resolve_memory
 from wmrl.core.rollouts import Group
 from wmrl.core.scheduler import AnchorScheduler, SchedulerConfig
 from wmrl.core.sources import NoiseModel
@@ -45,10 +47,12 @@ __all__ = [
     "CorrectorConfig",
     "Group",
     "Plan",
+    "PlanStream",
 ]
 
 # 2: the fusion measures on the advantages (new sums, solution-key tables) and the execution-noise state.
-STATE_VERSION = 2
+# 3: the execution memory and the gain estimator's sums.
+STATE_VERSION = 3
 
 METRICS: dict[str, str] = {
     "wmrl/step": "corrector steps completed (this step's index + 1)",
@@ -72,12 +76,13 @@ METRICS: dict[str, str] = {
     "wmrl/noise_var": "F: per-call noise the world model reports, per rollout in advantage units",
     "wmrl/anchor_error_var": "N: mean squared error of the real advantages caused by execution noise, per rollout",
     "wmrl/exec_reliability": "rho^2: share of the real scores' within-group variance that is signal, not execution noise",
-    "wmrl/exec_noise_var": "sigma^2 used for this step's anchor rollouts (reward units², mean); 0 when assumed deterministic",
+    "wmrl/exec_noise_var": "sigma^2 used for this step's executed rollouts (reward units², mean); 0 when assumed deterministic",
     "wmrl/exec_noise_route": "where sigma^2 came from: 0 assumed deterministic, 1 declared by the source, 2 measured from repeats",
     "wmrl/exec_noise_measured": "pooled repeat estimate of sigma^2, (r1 - r2)^2 / 2 (None before fusion.min_repeats repeats)",
     "wmrl/exec_repeats": "rollouts executed a second time this step with both scores known",
     "wmrl/exec_repeat_differs": "share of this step's repeats whose two scores differ (flaky execution); None without repeats",
     "wmrl/executions": "real executions this step (whole anchor groups, single rollouts and repeats)",
+    "wmrl/execution_share_realised": "real executions / rollouts over the whole run (memory hits cost none)",
     "wmrl/rollout_anchors": "single rollouts executed outside anchor groups this step",
     "wmrl/persistence": "psi: extra error per unit of error from rollouts repeating a solution within the update's memory (None: no solution keys)",
     "wmrl/design_effect": "multiplier on E for persistent error: 1 + psi, or the bias_horizon fallback without solution keys",
@@ -88,6 +93,21 @@ METRICS: dict[str, str] = {
     "wmrl/effective_lr_scale": "mean group weight over contributing groups: the implied learning-rate multiplier",
     "wmrl/groups_skipped": "groups with fewer than min_graded known rewards (no advantages)",
     "wmrl/groups_degenerate": "contributing groups whose known rewards are all equal",
+    "wmrl/fusion_bound": "1 when a bound, not the measurement, set this step's weights (max_ratio in mse/inverse_variance; a negative correlation or a clipped variance in gain)",
+    "wmrl/wm_gain": "rho: within-group correlation of a calibrated world-model call with the true reward (gain fusion; None before evidence)",
+    "wmrl/gain_route": "where rho came from: 0 no evidence yet, 1 residuals of executed rollouts (random-effects model), 2 whole anchor groups",
+    "wmrl/wm_spread_var": "V_c: within-group variance of calibrated world-model scores (reward units²)",
+    "wmrl/wm_slope": "beta: within-group slope of the real score on the calibrated world-model score (1: calibrated; 0: no relation)",
+    "wmrl/wm_residual_var": "sigma_u^2: error variance of one calibrated world-model call against real execution, net of execution noise",
+    "wmrl/wm_fresh_var": "sigma_xi^2: per-call noise, from repeated world-model calls on one solution within a step (None: too few)",
+    "wmrl/wm_persistent_var": "sigma_b^2 = sigma_u^2 - sigma_xi^2: the per-solution error that repeated calls do not average away",
+    "wmrl/wm_icc": "sigma_b^2 / sigma_u^2: share of the world model's error that persists per solution",
+    "wmrl/weight_zero_groups": "contributing groups given weight 0 (gain fusion: no measured gain in their rewards)",
+    "memory/hits": "rollouts graded from the execution memory this step (no world model, no execution)",
+    "memory/misses": "rollouts with a solution key the memory did not know this step",
+    "memory/size": "solutions in the execution memory",
+    "memory/recorded": "real outcomes added to the memory this step",
+    "memory/known_share": "share of this step's rollouts graded from the memory",
 }
 
 
@@ -114,11 +134,22 @@ class CorrectorConfig:
     """Everything the corrector does, in one validated, serialisable object."""
 
     seed: int = 0
-    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    # The default, decided by measurement at equal cost (docs/method.md §6, docs/benchmarks.md): the
+    # execution budget on single rollouts, a quota of half of each group, each group's top-ranked
+    # solutions not yet known; no whole anchor groups; every outcome remembered; the gain fusion.
+    scheduler: SchedulerConfig = field(
+        default_factory=lambda: SchedulerConfig(fraction=0.5, floor=0, rollout_share=1.0)
+    )
     debias: DebiasConfig = field(default_factory=DebiasConfig)
-    fusion: FusionConfig = field(default_factory=FusionConfig)
+    fusion: FusionConfig = field(default_factory=lambda: FusionConfig(mode="gain"))
     advantages: AdvantageConfig = field(default_factory=AdvantageConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+
+    @property
+    def memory_on(self) -> bool:
+        """Whether the execution memory is used (``memory.enabled`` unset: on, the ``wmrl`` default)."""
+        return self.memory.enabled is not False
 
     def __post_init__(self) -> None:
         require(isinstance(self.seed, int), f"seed must be an integer; got {self.seed!r}")
@@ -145,26 +176,54 @@ def _with(config: CorrectorConfig, **parts: Any) -> CorrectorConfig:
     return replace(config, **updated)
 
 
+_GROUPS = {"fraction": 0.1, "floor": 1, "rollout_share": 0.0}
+
+
+def _groups(c: CorrectorConfig) -> CorrectorConfig:
+    """The design before issue 32 (whole anchor groups at 10%, the mse fusion, no memory): the base of
+    the presets kept for comparison with it."""
+    return _with(c, scheduler=_GROUPS, fusion={"mode": "mse"}, memory={"enabled": False})
+
+
 PRESETS = {
     "wmrl": lambda c: c,
+    # The default before issue 32: whole anchor groups at 10%, the mse fusion with its horizon, no memory.
+    "wmrl_groups": _groups,
+    # The default's parts, each taken away (docs/benchmarks.md)
+    "wmrl_no_memory": lambda c: _with(c, memory={"enabled": False}),
+    "wmrl_flat": lambda c: _with(c, fusion={"mode": "none"}),
     # The default before issue 11: errors in reward units, execution noise ignored, horizon H = 8.
-    "wmrl_previous": lambda c: _with(c, fusion={"mode": "mse", "scale": "reward", "bias_horizon": 8.0}),
-    "wmrl_measured": lambda c: _with(c, fusion={"mode": "mse", "persistence": "measured"}),
+    "wmrl_previous": lambda c: _with(
+        _groups(c), fusion={"mode": "mse", "scale": "reward", "bias_horizon": 8.0}
+    ),
+    "wmrl_measured": lambda c: _with(_groups(c), fusion={"mode": "mse", "persistence": "measured"}),
     # The whole execution budget on single rollouts (each group's top-scored solution), no anchor
     # groups: the arm that won on the benchmark's tuning seeds (docs/benchmarks.md).
-    "wmrl_rollout": lambda c: _with(c, scheduler={"rollout_share": 1.0, "floor": 0}),
-    "wmrl_repeats": lambda c: _with(c, scheduler={"repeat_share": 0.25}),
-    "wmrl_inverse_variance": lambda c: _with(c, fusion={"mode": "inverse_variance"}),
-    "wmrl_mse": lambda c: _with(c, fusion={"mode": "mse"}),
-    "wmrl_adaptive_budget": lambda c: _with(c, budget={"adaptive": True}),
-    "wmrl_active": lambda c: _with(c, scheduler={"active_share": 0.5}),
-    "wmrl_paper_weight": lambda c: _with(c, fusion={"mode": "paper"}),
-    "debias_only": lambda c: _with(c, fusion={"mode": "none"}),
-    "fusion_only": lambda c: _with(c, debias={"enabled": False}),
-    "uncorrected_mix": lambda c: _with(c, debias={"enabled": False}, fusion={"mode": "none"}),
+    "wmrl_rollout": lambda c: _with(_groups(c), scheduler={"rollout_share": 1.0, "floor": 0}),
+    "wmrl_repeats": lambda c: _with(_groups(c), scheduler={"repeat_share": 0.25}),
+    "wmrl_inverse_variance": lambda c: _with(_groups(c), fusion={"mode": "inverse_variance"}),
+    "wmrl_mse": lambda c: _with(_groups(c), fusion={"mode": "mse"}),
+    "wmrl_adaptive_budget": lambda c: _with(_groups(c), budget={"adaptive": True}),
+    "wmrl_active": lambda c: _with(_groups(c), scheduler={"active_share": 0.5}),
+    "wmrl_paper_weight": lambda c: _with(_groups(c), fusion={"mode": "paper"}),
+    "debias_only": lambda c: _with(_groups(c), fusion={"mode": "none"}),
+    "fusion_only": lambda c: _with(_groups(c), debias={"enabled": False}),
+    "uncorrected_mix": lambda c: _with(_groups(c), debias={"enabled": False}, fusion={"mode": "none"}),
     # the training modes: one definition, in wmrl.core.modes
-    "world_model": lambda c: apply_changes(c, MODE_PRESETS[Mode.WORLD_MODEL]),
-    "real": lambda c: apply_changes(c, MODE_PRESETS[Mode.REAL]),
+    "world_model": lambda c: resolve_memory(
+        Mode.WORLD_MODEL, apply_changes(c, MODE_PRESETS[Mode.WORLD_MODEL])
+    ),
+    "real": lambda c: resolve_memory(Mode.REAL, apply_changes(c, MODE_PRESETS[Mode.REAL])),
+    # Real-execution GRPO that executes only solutions it has not executed before (a result cache).
+    "real_cache": lambda c: apply_changes(c, {**MODE_PRESETS[Mode.REAL], "memory.enabled": True}),
+    # The paper's configuration: whole anchor groups at 10%, isotonic debiasing, its fusion heuristic.
+    "paper": lambda c: _with(
+        c,
+        scheduler={"fraction": 0.1, "floor": 1, "rollout_share": 0.0},
+        debias={"enabled": True},
+        fusion={"mode": "paper"},
+        memory={"enabled": False},
+    ),
 }
 
 
@@ -184,6 +243,9 @@ class Plan:
             exactly the anchor rows (see :meth:`execute_mask`).
         repeat: bool ``(n_groups, G)``, executed rollouts to execute a *second* time (independently:
             another seed, another run) so the execution noise can be measured; ``None`` as above.
+        known: bool ``(n_groups, G)``, rollouts whose solution the execution memory already knows
+            when the plan was made (never executed, never sent to the world model); ``None`` when the
+            plan was made without solution keys (the pipeline looks them up when it scores).
     """
 
     step: int
@@ -193,6 +255,7 @@ class Plan:
     fraction: float
     execute: np.ndarray | None = None
     repeat: np.ndarray | None = None
+    known: np.ndarray | None = None
 
     @property
     def anchor_indices(self) -> list[int]:
@@ -233,7 +296,9 @@ class Correction:
         calibrated: ``(n_groups, group_size)`` every world-model score through the map in force after
             this step's refit (anchor groups included, for display); NaN = unknown.
         executed: ``(n_groups, G)`` bool, the rollouts whose reward is a real score (the mean of its
-            executions when it was repeated).
+            executions when it was repeated; the execution memory's outcome for ``from_memory``).
+        from_memory: ``(n_groups, G)`` bool, the rollouts graded from the execution memory (their
+            solution was executed at an earlier step).
     """
 
     rewards: np.ndarray
@@ -243,6 +308,7 @@ class Correction:
     metrics: dict[str, float | None]
     calibrated: np.ndarray | None = None
     executed: np.ndarray | None = None
+    from_memory: np.ndarray | None = None
 
     def advantages_list(self, sizes: Sequence[int] | np.ndarray | None = None) -> list[list[float | None]]:
         """Advantages as ragged lists with ``None`` for masked rollouts (``sizes``: true group sizes)."""
@@ -278,9 +344,11 @@ def _refuse_stray(name: str, scores: np.ndarray, allowed: np.ndarray, what: str)
 
 
 def _share_executed(
-    real: np.ndarray, used: np.ndarray, anchor: np.ndarray, keys: np.ndarray
+    real: np.ndarray, used: np.ndarray, anchor: np.ndarray, keys: np.ndarray, anchor_rows_too: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Give world-model-group rollouts the real score of their solution when it was executed this step."""
+    """Give rollouts the real score of their solution when it was executed this step: rollouts of
+    world-model groups, and with ``anchor_rows_too`` the anchor groups' rollouts not executed (a
+    solution is executed once per step when the execution memory is on)."""
     sums: dict[str, list[float]] = {}
     for r, c in zip(*np.nonzero(used), strict=True):
         key = keys[r, c]
@@ -291,7 +359,8 @@ def _share_executed(
     if not sums:
         return real, used
     real, used = real.copy(), used.copy()
-    for r, c in zip(*np.nonzero(~used & ~anchor[:, None]), strict=True):
+    open_cells = ~used if anchor_rows_too else ~used & ~anchor[:, None]
+    for r, c in zip(*np.nonzero(open_cells), strict=True):
         acc = sums.get(keys[r, c])
         if acc is not None:
             real[r, c] = acc[0] / acc[1]
@@ -331,6 +400,158 @@ def _solution_keys(keys: Any, shape: tuple[int, int]) -> np.ndarray | None:
     return out
 
 
+class PlanStream:
+    """One step's plan, made group by group (:meth:`Corrector.plan_stream`).
+
+    The anchor groups and what the execution memory knows are decided from keys alone at once
+    (:attr:`anchor`, :attr:`known`, :meth:`anchor_rows`): anchor groups can be executed before any
+    world-model score. Each other group's single executions are chosen by :meth:`add` as soon as
+    that group's world-model scores are in, in group order (a solution chosen by an earlier group
+    is not chosen again). :meth:`finish` gives the :class:`Plan`.
+    """
+
+    def __init__(
+        self,
+        corrector: Corrector,
+        group_keys: Sequence[str],
+        task_keys: Sequence[str | None] | None,
+        group_size: int,
+        solution_keys: Any,
+        in_flight: int,
+    ) -> None:
+        self.corrector = corrector
+        self.keys = tuple(str(k) for k in group_keys)
+        n = len(self.keys)
+        if n == 0:
+            raise ValueError("plan_stream() needs at least one group")
+        if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)) or group_size < 1:
+            raise ValueError(f"group_size must be an integer >= 1; got {group_size!r}")
+        self.shape = (n, int(group_size))
+        self.tasks = _task_keys(task_keys, n)
+        self.step = corrector.step_count
+        sched = corrector.scheduler
+        budget = sched.count(self.step, n, in_flight, corrector.fraction)
+        whole = sched.split(self.step, budget, n)
+        self.anchor = sched.select(
+            self.step, self.keys, self.tasks, None, in_flight, corrector.fraction, count=whole
+        )
+        self.solutions = _solution_keys(solution_keys, self.shape)
+        self.lookup = corrector.known(self.solutions, self.shape)
+        memory_on = self.solutions is not None and corrector.memory is not None
+        self.known = self.lookup.known if memory_on else None
+        self.execute = np.repeat(self.anchor[:, None], self.shape[1], axis=1)
+        if self.known is not None:
+            self.execute = _first_unknown(self.execute, self.known, self.solutions)
+        self.per_group = (
+            corrector.fraction * self.shape[1] if corrector.config.scheduler.rollout_share >= 1.0 else None
+        )
+        self.covered: set[str] = set()
+        if self.solutions is not None:
+            self.covered = {k for k in self.solutions[self.anchor].reshape(-1).tolist() if k is not None}
+        self.wm = np.full(self.shape, np.nan)
+        self.added = np.zeros(n, dtype=bool)
+
+    def anchor_rows(self) -> np.ndarray:
+        """``(n_groups, G)`` bool: the anchor groups' executions (known before any world-model score)."""
+        return self.execute & self.anchor[:, None]
+
+    def add(self, row: int, wm_row: np.ndarray | Sequence[float | None]) -> np.ndarray:
+        """Group ``row``'s world-model scores are in: its single executions, ``(G,)`` bool (none for an
+        anchor group, whose executions :meth:`anchor_rows` gave)."""
+        if self.added[row]:
+            raise ValueError(f"group {row} was added twice")
+        scores = _validate_scores("wm_scores", [list(wm_row)], (1, self.shape[1]))[0]
+        self.added[row] = True
+        self.wm[row] = scores
+        if self.anchor[row] or self.per_group is None:
+            return np.zeros(self.shape[1], dtype=bool)
+        task = "" if self.tasks is None else self.tasks[row]
+        cal = self.corrector.debiaser.calibrate(
+            scores[None, :], np.full((1, self.shape[1]), task, dtype=object)
+        )[0]
+        chosen = self.corrector.scheduler.select_group(
+            self.step,
+            self.keys[row],
+            scores,
+            self.per_group,
+            None if self.solutions is None else self.solutions[row],
+            self.lookup.known[row],
+            self.lookup.mean[row],
+            cal,
+            self.covered,
+        )
+        self.execute[row] |= chosen
+        return chosen
+
+    def finish(self) -> Plan:
+        """The step's plan (every group added)."""
+        missing = np.flatnonzero(~self.added & ~self.anchor)
+        if missing.size and self.per_group is not None:
+            raise ValueError(
+                f"groups {missing.tolist()[:5]} were never added: add every group's scores first"
+            )
+        repeat = self.corrector.scheduler.select_repeats(self.step, self.keys, self.execute)
+        return Plan(
+            step=self.step,
+            group_keys=self.keys,
+            task_keys=self.tasks,
+            anchor=self.anchor,
+            fraction=self.corrector.fraction,
+            execute=self.execute.copy(),
+            repeat=repeat,
+            known=self.known,
+        )
+
+
+def _task_matrix(tasks: Sequence[str] | None, shape: tuple[int, int]) -> np.ndarray:
+    """The task of every rollout, ``(n_groups, G)`` object (``""`` for one task)."""
+    return np.array([[t] * shape[1] for t in (tasks or ("",) * shape[0])], dtype=object).reshape(shape)
+
+
+def _first_unknown(execute: np.ndarray, known: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """``execute`` without known solutions, and each unknown solution executed once (its first cell).
+
+    A solution's other rollouts get its real score when it lands (:func:`_share_executed`).
+    """
+    out = execute & ~known
+    seen: set[str] = set()
+    for r, c in zip(*np.nonzero(out), strict=True):
+        key = keys[r, c]
+        if key is None:
+            continue
+        if key in seen:
+            out[r, c] = False
+        seen.add(key)
+    return out
+
+
+def _calls_and_means(
+    values: np.ndarray, scored: np.ndarray, keys: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per rollout, the number of this step's world-model calls on its solution and their mean.
+
+    ``values``: ``(n_groups, G)`` calibrated scores; ``scored``: where a call returned a score. A
+    rollout without a key is its own solution. Returns ``(calls, means)``, NaN where not scored.
+    """
+    calls = np.where(scored, 1.0, np.nan)
+    means = np.where(scored, values, np.nan)
+    if keys is None:
+        return calls, means
+    sums: dict[str, list[float]] = {}
+    for r, c in zip(*np.nonzero(scored), strict=True):
+        key = keys[r, c]
+        if key is not None:
+            acc = sums.setdefault(key, [0.0, 0.0])
+            acc[0] += float(values[r, c])
+            acc[1] += 1.0
+    for r, c in zip(*np.nonzero(scored), strict=True):
+        acc = sums.get(keys[r, c]) if keys[r, c] is not None else None
+        if acc is not None:
+            calls[r, c] = acc[1]
+            means[r, c] = acc[0] / acc[1]
+    return calls, means
+
+
 class Corrector:
     """Owns the scheduler, debiaser and fusion of one run. See the module docstring."""
 
@@ -340,9 +561,44 @@ class Corrector:
         self.debiaser = OnlineDebiaser(self.config.debias)
         self.fusion = Fusion(self.config.fusion, self.config.advantages)
         self.exec_noise = ExecutionNoise(self.config.fusion.half_life_steps, self.config.fusion.min_repeats)
+        mem = self.config.memory
+        self.memory = ExecutionMemory(mem.max_keys, mem.store) if self.config.memory_on else None
         self.step_count = 0
+        self.executions_total = 0
+        self.rollouts_total = 0
         self.budget_reference: float | None = None
         self.fraction = self.config.scheduler.fraction
+
+    # -- the execution memory -------------------------------------------------------------------
+    def known(self, solution_keys: Any, shape: tuple[int, int]) -> MemoryLookup:
+        """What the execution memory knows about a ``(n_groups, G)`` matrix of solution keys (nothing
+        when the memory is off or no keys are given). Does not count as this step's lookup."""
+        keys = _solution_keys(solution_keys, shape)
+        if self.memory is None or keys is None:
+            return MemoryLookup.nothing(shape)
+        return self.memory.lookup(keys, shape, count=False)
+
+    def plan_stream(
+        self,
+        group_keys: Sequence[str],
+        task_keys: Sequence[str | None] | None,
+        group_size: int,
+        solution_keys: Sequence[Sequence[str | None]] | np.ndarray | None = None,
+        in_flight: int = 0,
+    ) -> PlanStream:
+        """A plan made group by group as the world model's scores come in (see :class:`PlanStream`).
+
+        The executions it chooses are exactly :meth:`plan`'s given the same scores. Needs a plan that
+        can be made one group at a time: whole groups and per-group quotas (``rollout_share`` 0 or 1),
+        no active share.
+        """
+        sched = self.config.scheduler
+        if sched.active_share > 0 or 0 < sched.rollout_share < 1:
+            raise ValueError(
+                "a streamed plan chooses each group's executions from that group's scores alone: it needs "
+                "scheduler.active_share = 0 and scheduler.rollout_share 0 or 1"
+            )
+        return PlanStream(self, group_keys, task_keys, group_size, solution_keys, in_flight)
 
     # -- the split API -----------------------------------------------------------------------
     def plan(
@@ -408,15 +664,34 @@ class Corrector:
         budget = self.scheduler.count(step, n, in_flight, self.fraction)
         whole = self.scheduler.split(step, budget, n)
         mask = self.scheduler.select(step, keys, tasks, uncertainty, in_flight, self.fraction, count=whole)
-        execute = repeat = None
+        execute = repeat = known = None
         if width is not None:
+            shape = (n, width)
+            solutions = _solution_keys(solution_keys, shape)
+            lookup = self.known(solutions, shape)
+            known = lookup.known if solutions is not None and self.memory is not None else None
             execute = np.repeat(mask[:, None], width, axis=1)
-            if whole < budget:
-                # The same number of executions as the whole groups they replace.
-                solutions = None if solution_keys is None else _solution_keys(solution_keys, wm.shape)
+            if whole < budget or sched.rollout_share >= 1.0:
+                # The same number of executions as the whole groups they replace; ranked by what is
+                # known (the memory's outcome) before the world model's calibrated score.
+                cal = self.debiaser.calibrate(wm, _task_matrix(tasks, shape))
+                # The whole budget on single rollouts: a quota per group, so each group's choice
+                # depends on its own scores only (its executions can start as soon as they are in).
+                per_group = self.fraction * width if sched.rollout_share >= 1.0 else None
                 execute |= self.scheduler.select_rollouts(
-                    step, keys, wm, mask, (budget - whole) * width, solutions
+                    step,
+                    keys,
+                    wm,
+                    mask,
+                    (budget - whole) * width,
+                    solutions,
+                    lookup.known,
+                    lookup.mean,
+                    cal,
+                    per_group=per_group,
                 )
+            if known is not None:
+                execute = _first_unknown(execute, known, solutions)
             repeat = self.scheduler.select_repeats(step, keys, execute)
         return Plan(
             step=step,
@@ -426,6 +701,7 @@ class Corrector:
             fraction=self.fraction,
             execute=execute,
             repeat=repeat,
+            known=known,
         )
 
     def correct(
@@ -505,6 +781,9 @@ class Corrector:
                 )
         else:
             real_mean = real
+        # What the execution memory knew before this step (graded from it, not executed now).
+        lookup = self.memory.lookup(keys, shape) if self.memory is not None else MemoryLookup.nothing(shape)
+        from_memory = lookup.known & np.isnan(real_mean)
 
         # 1. Prequential measurement on anchor pairs, with the map fitted before they arrived.
         pair = execute & ~np.isnan(wm) & ~np.isnan(real_mean)
@@ -519,10 +798,14 @@ class Corrector:
             slope = self._map_slope(wm[rows, cols], task_of_item[rows, cols])
             wm_var = (noise[rows, cols] * slope**2)[in_anchor]
         used_real = execute & ~np.isnan(real_mean)
-        if keys is not None and (execute & ~anchor[:, None]).any():
+        if keys is not None and (self.memory is not None or (execute & ~anchor[:, None]).any()):
             # A solution executed this step needs no second opinion: its real score (the mean of its
-            # executions) serves every other rollout of it in world-model groups.
-            real_mean, used_real = _share_executed(real_mean, used_real, anchor, keys)
+            # executions) serves every other rollout of it.
+            real_mean, used_real = _share_executed(
+                real_mean, used_real, anchor, keys, anchor_rows_too=self.memory is not None
+            )
+        real_mean = np.where(from_memory, lookup.mean, real_mean)
+        used_real = used_real | from_memory
         self.fusion.observe(
             FusionInputs(
                 real=real_mean[rows, cols][in_anchor],
@@ -534,6 +817,10 @@ class Corrector:
                 n_groups=n,
             )
         )
+        if self.config.fusion.mode == "gain" and self.debiaser.calibrated:
+            self.fusion.observe_gain(
+                self._gain_inputs(wm, real_mean, calibrated_pairs, exec_var, rows, cols, keys, task_of_item)
+            )
 
         # 2. Add the pairs, refit once for the step.
         diag = self.debiaser.observe(
@@ -541,16 +828,37 @@ class Corrector:
         )
         self.debiaser.refit(self.step_count)
 
-        # 3. Rewards: real in anchor groups (unknown stays unknown) and in executed single rollouts
-        #    (an unknown one falls back to its world-model score), calibrated world model elsewhere.
+        # 3. Rewards: real in anchor groups (unknown stays unknown), in executed single rollouts and
+        #    in solutions the memory knows (an unknown one falls back to its world-model score),
+        #    calibrated world model elsewhere (with the gain fusion, the mean of this step's calls on
+        #    the same solution).
         calibrated = self.debiaser.calibrate(wm, task_of_item)
-        rewards = np.where(anchor[:, None] | used_real, real_mean, calibrated)
+        wm_reward, wm_calls = calibrated, None
+        if self.config.fusion.mode == "gain":
+            wm_calls, wm_reward = _calls_and_means(calibrated, ~np.isnan(calibrated), keys)
+        rewards = np.where(anchor[:, None] | used_real, real_mean, wm_reward)
         ga = group_advantages(rewards, None, self.config.advantages)
         known = ~np.isnan(rewards)
         is_real = (anchor[:, None] | used_real) & known
         share = is_real.sum(axis=1) / np.maximum(known.sum(axis=1), 1)
-        weights = self.fusion.weights(anchor, ga.contributes, share)
-        advantages = ga.advantages * weights[:, None]
+        if wm_calls is not None:
+            # gain: a weight per rollout (a real reward's gain beside the world model's, in one group)
+            wm_calls = np.where(is_real | ~known, np.nan, wm_calls)
+            cell = self.fusion.cell_weights(is_real, wm_calls, ga.contributes, known)
+            advantages = ga.advantages * cell
+            counts = np.maximum(known.sum(axis=1), 1)
+            weights = np.where(ga.contributes, cell.sum(axis=1) / counts, 0.0)
+        else:
+            weights = self.fusion.weights(anchor, ga.contributes, share)
+            advantages = ga.advantages * weights[:, None]
+
+        # The memory learns every outcome executed this step (after it was used as a lookup).
+        recorded = 0
+        if self.memory is not None and keys is not None:
+            for scores in (real, second):
+                if scores is not None:
+                    done = ~np.isnan(scores) & (keys != None)  # noqa: E711 (object array)
+                    recorded += self.memory.record(keys[done].tolist(), scores[done].tolist())
 
         # 4. Bookkeeping: commit the selection, move the budget, report.
         self.scheduler.commit(anchor, plan.task_keys)
@@ -559,15 +867,35 @@ class Corrector:
         metrics.update(self._metrics(plan, wm, real, anchor, ga, weights, diag))
         metrics.update(
             {
-                "wmrl/exec_noise_var": float(exec_var[in_anchor].mean()) if in_anchor.any() else None,
+                "wmrl/exec_noise_var": float(exec_var.mean()) if exec_var.size else None,
                 "wmrl/exec_noise_route": float(route),
                 "wmrl/exec_noise_measured": self.exec_noise.measured_var,
                 "wmrl/exec_repeats": repeats["repeats"],
                 "wmrl/exec_repeat_differs": repeats["differs"],
                 "wmrl/executions": float(execute.sum() + repeat_mask.sum()),
+                "wmrl/execution_share_realised": self._count_executions(
+                    int(
+                        np.count_nonzero(~np.isnan(real))
+                        + (0 if second is None else np.count_nonzero(~np.isnan(second)))
+                    ),
+                    int(np.count_nonzero(~np.isnan(wm) | ~np.isnan(real) | from_memory)),
+                ),
                 "wmrl/rollout_anchors": float((execute & ~anchor[:, None]).sum()),
+                "wmrl/weight_zero_groups": float(np.count_nonzero(ga.contributes & (weights == 0))),
             }
         )
+        metrics.update(self._gain_metrics())
+        if self.memory is not None:
+            with_key = 0 if keys is None else int(np.count_nonzero(keys != None))  # noqa: E711
+            metrics.update(
+                {
+                    "memory/hits": float(from_memory.sum()),
+                    "memory/misses": float(with_key - int(lookup.known.sum())),
+                    "memory/size": float(len(self.memory)),
+                    "memory/recorded": float(recorded),
+                    "memory/known_share": float(from_memory.mean()) if from_memory.size else None,
+                }
+            )
         return Correction(
             rewards=rewards,
             advantages=advantages,
@@ -576,6 +904,7 @@ class Corrector:
             metrics=metrics,
             calibrated=calibrated,
             executed=is_real,
+            from_memory=from_memory & known,
         )
 
     @staticmethod
@@ -606,6 +935,63 @@ class Corrector:
         if (var < 0).any():
             raise ValueError("anchor_noise holds negative variances: a variance is >= 0 (score units²)")
         return var
+
+    def _count_executions(self, executions: int, rollouts: int) -> float | None:
+        self.executions_total += executions
+        self.rollouts_total += rollouts
+        return self.executions_total / self.rollouts_total if self.rollouts_total else None
+
+    def _gain_inputs(
+        self,
+        wm: np.ndarray,
+        real_mean: np.ndarray,
+        calibrated_pairs: np.ndarray,
+        exec_var: np.ndarray,
+        rows: np.ndarray,
+        cols: np.ndarray,
+        keys: np.ndarray | None,
+        tasks: np.ndarray,
+    ) -> GainInputs:
+        """This step's evidence for the random-effects model of the world model's error (``core/gain.py``),
+        all on the map fitted before this step's pairs (prequential)."""
+        before = self.debiaser.calibrate(wm, tasks)
+        scored = ~np.isnan(before)
+        group = np.broadcast_to(np.arange(wm.shape[0])[:, None], wm.shape)
+        spread_ss, spread_dof = within_sums(before[scored], group[scored])
+        dup_ss = dup_dof = 0.0
+        if keys is not None:
+            keyed = scored & (keys != None)  # noqa: E711 (object array)
+            if keyed.any():
+                dup_ss, dup_dof = within_sums(before[keyed], keys[keyed].astype(str))
+        return GainInputs(
+            real=real_mean[rows, cols],
+            calibrated=calibrated_pairs,
+            group=rows,
+            exec_var=exec_var,
+            spread_ss=spread_ss,
+            spread_dof=spread_dof,
+            dup_ss=dup_ss,
+            dup_dof=dup_dof,
+        )
+
+    def _gain_metrics(self) -> dict[str, float | None]:
+        fusion, gain = self.fusion, self.fusion.gain
+        out: dict[str, float | None] = {"wmrl/fusion_bound": float(fusion.bound_binds)}
+        if self.config.fusion.mode != "gain":
+            return out
+        out.update(
+            {
+                "wmrl/wm_gain": fusion.wm_gain,
+                "wmrl/gain_route": float(fusion.gain_route),
+                "wmrl/wm_spread_var": gain.spread_var,
+                "wmrl/wm_slope": gain.slope,
+                "wmrl/wm_residual_var": gain.residual_var,
+                "wmrl/wm_fresh_var": gain.per_call_var,
+                "wmrl/wm_persistent_var": gain.persistent_var,
+                "wmrl/wm_icc": gain.icc,
+            }
+        )
+        return out
 
     def _map_slope(self, x: np.ndarray, keys: np.ndarray) -> np.ndarray:
         """Local slope of the current map at ``x`` (maps per-call noise onto the calibrated scale).
@@ -687,12 +1073,15 @@ class Corrector:
             "version": STATE_VERSION,
             "config": to_dict(self.config),
             "step": self.step_count,
+            "executions_total": self.executions_total,
+            "rollouts_total": self.rollouts_total,
             "fraction": self.fraction,
             "budget_reference": self.budget_reference,
             "scheduler": self.scheduler.state_dict(),
             "debiaser": self.debiaser.state_dict(),
             "fusion": self.fusion.state_dict(),
             "exec_noise": self.exec_noise.state_dict(),
+            "memory": None if self.memory is None else self.memory.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -705,6 +1094,8 @@ class Corrector:
                 "with the saved config (Corrector.from_state) to resume"
             )
         self.step_count = int(state["step"])
+        self.executions_total = int(state["executions_total"])
+        self.rollouts_total = int(state["rollouts_total"])
         self.fraction = float(state["fraction"])
         ref = state["budget_reference"]
         self.budget_reference = None if ref is None else float(ref)
@@ -712,6 +1103,8 @@ class Corrector:
         self.debiaser.load_state_dict(state["debiaser"])
         self.fusion.load_state_dict(state["fusion"])
         self.exec_noise.load_state_dict(state["exec_noise"])
+        if self.memory is not None:
+            self.memory.load_state_dict(state["memory"])
 
     def save(self, path: str | Path) -> Path:
         """Write the state as JSON (exact: floats round-trip through ``repr``)."""

@@ -59,10 +59,11 @@ import numpy as np
 
 from wmrl.core.advantages import AdvantageConfig
 from wmrl.core.config import require
+from wmrl.core.gain import GainInputs, GainStats
 
 __all__ = ["Fusion", "FusionConfig", "FusionInputs", "group_disagreement"]
 
-FusionMode = Literal["inverse_variance", "mse", "paper", "none"]
+FusionMode = Literal["gain", "inverse_variance", "mse", "paper", "none"]
 FusionScale = Literal["advantage", "reward"]
 Persistence = Literal["horizon", "measured"]
 
@@ -92,6 +93,11 @@ class FusionConfig:
             of repeated solutions add up (the kernel ``β^|Δt|`` of ``ψ``), in steps.
         min_keyed_rollouts: anchor pairs carrying a solution key needed before ``ψ`` is measured.
         min_repeats: repeated executions needed before the measured noise variance is used.
+        min_pairs: executed rollouts with a world-model score needed before ``gain`` measures the
+            world model's residual (``core/gain.py``).
+        min_duplicates: degrees of freedom of repeated world-model calls on one solution within a
+            step needed before ``gain`` uses the measured per-call noise (before: taken as 0, all error
+            persistent).
         paper_target_weight, paper_max_weight, paper_half_life_groups, paper_warmup_groups: the
             official heuristic's constants (2.0, 4.0, 64, 32).
     """
@@ -110,11 +116,13 @@ class FusionConfig:
     paper_max_weight: float = 4.0
     paper_half_life_groups: float = 64.0
     paper_warmup_groups: int = 32
+    min_pairs: int = 16
+    min_duplicates: int = 8
 
     def __post_init__(self) -> None:
         require(
-            self.mode in ("inverse_variance", "mse", "paper", "none"),
-            f"fusion.mode must be inverse_variance, mse, paper or none; got {self.mode!r}",
+            self.mode in ("gain", "inverse_variance", "mse", "paper", "none"),
+            f"fusion.mode must be gain, inverse_variance, mse, paper or none; got {self.mode!r}",
         )
         require(
             self.scale in ("advantage", "reward"),
@@ -134,7 +142,14 @@ class FusionConfig:
         for name in ("max_ratio", "bias_horizon", "paper_target_weight", "paper_max_weight"):
             value = getattr(self, name)
             require(_finite(value) and value >= 1, f"fusion.{name} must be finite and >= 1; got {value}")
-        for name in ("min_groups", "min_keyed_rollouts", "min_repeats", "paper_warmup_groups"):
+        for name in (
+            "min_groups",
+            "min_keyed_rollouts",
+            "min_repeats",
+            "paper_warmup_groups",
+            "min_pairs",
+            "min_duplicates",
+        ):
             value = getattr(self, name)
             require(
                 isinstance(value, int) and not isinstance(value, bool) and value >= 1,
@@ -236,6 +251,8 @@ class Fusion:
         self.paper_ema: float | None = None
         self.paper_groups = 0
         self.paper_gain: float | None = None
+        self.gain = GainStats(self.config.half_life_steps, self.config.min_pairs, self.config.min_duplicates)
+        self.bound_binds = False  # whether a bound decided this step's weights
 
     # -- estimation --------------------------------------------------------------------------
     def observe(self, inputs: FusionInputs) -> dict[str, float | None]:
@@ -595,7 +612,7 @@ class Fusion:
 
     def _compute_variances(self) -> tuple[float, float, float] | None:
         cfg = self.config
-        if cfg.mode in ("none", "paper") or self.groups_measured < cfg.min_groups:
+        if cfg.mode in ("none", "paper", "gain") or self.groups_measured < cfg.min_groups:
             return None
         q, e, n_a = self.signal_var, self.error_var, self.anchor_error_var
         if q is None or e is None or n_a is None or q <= 0:
@@ -630,7 +647,103 @@ class Fusion:
         if v is None:
             return 1.0
         cap = self.config.max_ratio
-        return float(min(max(v[1] / v[0], 1.0 / cap), cap))
+        raw = v[1] / v[0]
+        self.bound_binds = not (1.0 / cap < raw < cap)
+        return float(min(max(raw, 1.0 / cap), cap))
+
+    # -- the gain estimator (mode "gain", core/gain.py) -----------------------------------------
+    def observe_gain(self, inputs: GainInputs) -> None:
+        """Add one step's residuals and world-model spreads to the random-effects sums."""
+        self.gain.observe(inputs)
+        self._cache = None
+
+    @property
+    def anchor_correlation(self) -> float | None:
+        """``ρ`` read from whole anchor groups: the within-group correlation of the calibrated world
+        model's advantages with the true ones (disattenuated for execution noise); ``None`` before
+        ``min_groups`` anchor groups with a spread."""
+        if self.groups_measured < self.config.min_groups or self.spread <= 0:
+            return None
+        rel = self.reliability
+        q = self._spread_scale if self.advantages.standardize else self.signal_var
+        q_c = self.q_wm / self.spread
+        if rel is None or q is None or rel <= 0 or q <= 0 or q_c <= 0:
+            return None
+        return float(min(max(self.cross / self.spread / math.sqrt(rel) / math.sqrt(q_c * q), -1.0), 1.0))
+
+    def wm_gain_sq(self, calls: np.ndarray | float = 1.0) -> tuple[np.ndarray | float | None, int]:
+        """``(ρ², route)`` of world-model scores that are means of ``calls`` calls.
+
+        Route 2: from whole anchor groups (:attr:`anchor_correlation`, affine-invariant); 1: from the
+        random-effects model of executed rollouts' residuals (:class:`~wmrl.core.gain.GainStats`,
+        needs a fitted calibration map); 0: no evidence yet (``None``).
+        """
+        rho = self.anchor_correlation
+        if rho is not None:
+            self.bound_binds = rho < 0  # a negative correlation is given no weight, not a negative one
+            return max(rho, 0.0) ** 2, 2
+        sq = self.gain.gain_sq(calls)
+        if sq is not None:
+            self.bound_binds = self.gain.clipped
+            return sq, 1
+        return None, 0
+
+    @property
+    def wm_gain(self) -> float | None:
+        """``ρ`` of a single world-model call (``None`` before evidence)."""
+        sq, _ = self.wm_gain_sq(1.0)
+        return None if sq is None else math.sqrt(float(sq))
+
+    @property
+    def gain_route(self) -> int:
+        return self.wm_gain_sq(1.0)[1]
+
+    def _gain_weights(
+        self, contributes: np.ndarray, share: np.ndarray, wm_calls: np.ndarray | None
+    ) -> np.ndarray:
+        """``w_g ∝ ρ_g`` with ``ρ_g² = s·ρ_r² + (1 − s)·mean ρ_wm²`` over the group's world-model rollouts."""
+        calls = np.ones((share.size, 1)) if wm_calls is None else np.asarray(wm_calls, dtype=float)
+        sq, _ = self.wm_gain_sq(np.where(np.isnan(calls), 1.0, calls))
+        if sq is None:
+            return np.where(contributes, 1.0, 0.0)
+        sq = np.broadcast_to(np.asarray(sq, dtype=float), calls.shape)
+        scored = ~np.isnan(calls)
+        per_group = np.where(
+            scored.any(axis=1),
+            np.sum(np.where(scored, sq, 0.0), axis=1) / np.maximum(scored.sum(axis=1), 1),
+            0.0,
+        )
+        real = self.reliability if self.reliability is not None else 1.0
+        raw = np.sqrt(np.clip(share * real + (1.0 - share) * per_group, 0.0, 1.0))
+        raw = np.where(contributes, raw, 0.0)
+        total, live = raw.sum(), np.count_nonzero(raw > 0)
+        return raw * (live / total) if total > 0 else raw
+
+    def cell_weights(
+        self, is_real: np.ndarray, wm_calls: np.ndarray, contributes: np.ndarray, known: np.ndarray
+    ) -> np.ndarray:
+        """``gain`` per rollout: ``w_i ∝ ρ_i`` (``ρ_r`` for a real reward, ``ρ_wm`` of its calls for a
+        world-model one), mean 1 over the known rewards of contributing groups; shape ``(n_groups, G)``.
+
+        Under (A1) every rollout's term ``A_i ∇log π(y_i)`` is its own estimate of the gradient with
+        the same variance (unit-scale advantages) and gain ``ρ_i``: signal-to-noise-optimal weights are
+        proportional to the gains. Within a mixed group a real rollout keeps its full weight while the
+        world model's rollouts get theirs; before any evidence every weight is 1.
+        """
+        self.bound_binds = False
+        live = np.asarray(known, dtype=bool) & np.asarray(contributes, dtype=bool)[:, None]
+        calls = np.asarray(wm_calls, dtype=float)
+        sq, _ = self.wm_gain_sq(np.where(np.isnan(calls), 1.0, calls))
+        if sq is None:
+            return np.where(live, 1.0, 0.0)
+        real = self.reliability if self.reliability is not None else 1.0
+        gain_sq = np.where(np.asarray(is_real, dtype=bool), real, np.broadcast_to(sq, calls.shape))
+        raw = np.where(live, np.sqrt(np.clip(gain_sq, 0.0, 1.0)), 0.0)
+        total, count = raw.sum(), np.count_nonzero(raw > 0)
+        out = raw * (count / total) if total > 0 else raw
+        if not np.all(np.isfinite(out)):
+            raise FloatingPointError(f"fusion produced rollout weights {out.tolist()} (this is a bug)")
+        return out
 
     def paper_weight(self) -> float:
         cfg = self.config
@@ -640,7 +753,11 @@ class Fusion:
 
     # -- weights -----------------------------------------------------------------------------
     def weights(
-        self, is_anchor: np.ndarray, contributes: np.ndarray, executed_share: np.ndarray | None = None
+        self,
+        is_anchor: np.ndarray,
+        contributes: np.ndarray,
+        executed_share: np.ndarray | None = None,
+        wm_calls: np.ndarray | None = None,
     ) -> np.ndarray:
         """Per-group loss weights, shape ``(n_groups,)``.
 
@@ -649,7 +766,13 @@ class Fusion:
             contributes: bool ``(n_groups,)``, the groups that produce advantages (>= 2 graded).
             executed_share: optional ``(n_groups,)`` share in [0, 1] of each group's known rewards
                 that are real (1 for anchor groups, 0 for world-model groups, in between where single
-                rollouts were executed); defaults to ``is_anchor``.
+                rollouts were executed or known); defaults to ``is_anchor``.
+            wm_calls: ``gain`` only: ``(n_groups, G)`` the number of world-model calls behind each
+                world-model reward (duplicates of a solution in a step are averaged), NaN where the
+                reward is real or unknown; ``None``: one call each.
+
+        ``gain`` gives weight 0 to groups whose rewards carry no measured gain (a world model with
+        no within-group correlation with the truth); the mean over the other contributing groups is 1.
 
         Normalised modes return weights whose mean over contributing groups is exactly 1;
         non-contributing groups get weight 0 (they carry no gradient anyway).
@@ -661,6 +784,12 @@ class Fusion:
         contributes = np.asarray(contributes, dtype=bool)
         share = is_anchor.astype(float) if executed_share is None else np.asarray(executed_share, dtype=float)
         mode = self.config.mode
+        self.bound_binds = False
+        if mode == "gain":
+            out = self._gain_weights(contributes, share, wm_calls)
+            if not np.all(np.isfinite(out)) or (out < 0).any():
+                raise FloatingPointError(f"fusion produced group weights {out.tolist()} (this is a bug)")
+            return out
         if mode == "paper":
             w = np.where(is_anchor, self.paper_weight(), 1.0)
             out = np.where(contributes, w, 0.0)
@@ -689,6 +818,7 @@ class Fusion:
             paper_ema=self.paper_ema,
             paper_groups=self.paper_groups,
             paper_gain=self.paper_gain,
+            gain=self.gain.state_dict(),
         )
         return state
 
@@ -711,3 +841,4 @@ class Fusion:
         self.paper_ema = None if state["paper_ema"] is None else float(state["paper_ema"])
         self.paper_groups = int(state["paper_groups"])
         self.paper_gain = None if state["paper_gain"] is None else float(state["paper_gain"])
+        self.gain.load_state_dict(state["gain"])

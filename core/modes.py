@@ -25,7 +25,7 @@ from wmrl.core.config import ConfigError
 if TYPE_CHECKING:
     from wmrl.core.corrector import CorrectorConfig
 
-__all__ = ["MODE_PRESETS", "Mode", "apply_changes", "check_mode", "resolve_corrector"]
+__all__ = ["MODE_PRESETS", "Mode", "apply_changes", "check_mode", "resolve_corrector", "resolve_memory"]
 
 #: Deprecated names of modes, and what they mean now.
 DEPRECATED_ALIASES = {"sparse": "real"}
@@ -70,10 +70,12 @@ class Mode(StrEnum):
 #: What each mode sets in the corrector configuration, as dotted keys (``scheduler.fraction``).
 MODE_PRESETS: dict[Mode, dict[str, Any]] = {
     Mode.WMRL: {},
-    Mode.REAL: {"scheduler.fraction": 1.0, "fusion.mode": "none"},
+    # real executes whole groups: per-rollout anchors would need world-model scores to choose from
+    Mode.REAL: {"scheduler.fraction": 1.0, "scheduler.rollout_share": 0.0, "fusion.mode": "none"},
     Mode.WORLD_MODEL: {
         "scheduler.fraction": 0.0,
         "scheduler.floor": 0,
+        "scheduler.rollout_share": 0.0,
         "debias.enabled": False,
         "fusion.mode": "none",
     },
@@ -128,9 +130,18 @@ def resolve_corrector(
             raise ConfigError(
                 f"mode {mode.value!r} contradicts {', '.join(clashes)}: drop those settings or choose another mode"
             )
-    resolved = apply_changes(config, preset)
+    resolved = resolve_memory(mode, apply_changes(config, preset))
     check_mode(mode, resolved)
     return resolved
+
+
+def resolve_memory(mode: Mode | str, config: CorrectorConfig) -> CorrectorConfig:
+    """``memory.enabled`` left unset becomes the mode's choice: on in ``wmrl``, off in ``real`` (plain
+    real-execution GRPO; ``memory.enabled=true`` makes it GRPO with a result cache) and ``world_model``."""
+    mode = Mode.parse(mode)
+    if config.memory.enabled is not None:
+        return config
+    return apply_changes(config, {"memory.enabled": mode is Mode.WMRL})
 
 
 def check_mode(mode: Mode | str, config: CorrectorConfig | Any) -> None:
@@ -147,6 +158,11 @@ def check_mode(mode: Mode | str, config: CorrectorConfig | Any) -> None:
         raise ConfigError(
             "mode 'world_model' executes nothing, but the corrector schedules anchors "
             f"(scheduler.fraction {sched.fraction}, scheduler.floor {sched.floor})"
+        )
+    if mode is Mode.WORLD_MODEL and config.memory.enabled:
+        raise ConfigError(
+            "mode 'world_model' executes nothing, so an execution memory (corrector.memory.enabled=true) "
+            "would only grade from outcomes other runs executed: leave memory.enabled unset or false"
         )
     if mode is Mode.WMRL and sched.fraction == 0.0 and sched.floor == 0:
         raise ConfigError(

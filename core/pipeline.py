@@ -195,6 +195,21 @@ class StepResult:
         return self.correction.metrics
 
 
+def _put(out: Scores, part: Scores, rows: np.ndarray, real: bool) -> None:
+    """Copy one stream of ``part`` (scores of ``items[rows]``) into ``out`` at ``rows``."""
+    for k, i in enumerate(rows.tolist()):
+        if real:
+            out.real[i], out.real_repeat[i] = part.real[k], part.real_repeat[k]
+            out.real_grades[i] = part.real_grades[k]
+        else:
+            out.wm[i], out.wm_variance[i] = part.wm[k], part.wm_variance[k]
+            out.wm_grades[i] = part.wm_grades[k]
+    if real:
+        out.statuses.extend(part.statuses)
+    for name, value in part.seconds.items():
+        out.seconds[name] = out.seconds.get(name, 0.0) + value
+
+
 def _nan(value: float | None) -> float:
     return np.nan if value is None else float(value)
 
@@ -215,8 +230,14 @@ class RewardPipeline:
             pairs with real execution are recorded: diagnostics of what ``wmrl`` would have seen; the
             update uses real scores only). Off by default: ``real`` never calls the world model.
         solution_key: ``item -> str | None``, what makes two rollouts "the same solution" (a hash of a
-            program, of an action sequence); the fusion measures from it how far the world model's error
-            on a solution persists, and per-rollout anchors execute each solution once per step.
+            program, of an action sequence): the execution memory keeps real outcomes by it (a solution
+            executed once is graded from memory afterwards, never sent to either source again), the
+            fusion measures from it how far the world model's error on a solution persists, and
+            per-rollout anchors execute each solution once per step.
+        stream_chunks: when the plan reads world-model scores (per-rollout anchors), a step's groups
+            are scored by the world model in this many chunks, and each chunk's executions start as
+            soon as its scores are in, while the world model scores the next chunk (1: the world model
+            scores everything first). Single process only; ranks gather first.
 
     The anchor source's declared execution noise (its optional ``noise`` attribute, a
     :class:`~wmrl.core.sources.NoiseModel`) reaches the corrector; repeated executions
@@ -234,6 +255,7 @@ class RewardPipeline:
         ledger: CostLedger | None = None,
         world_model_in_real: bool = False,
         solution_key: Callable[[Any], str | None] | None = None,
+        stream_chunks: int = 4,
     ) -> None:
         self.mode = Mode.parse(mode)
         if isinstance(corrector, Corrector):
@@ -250,6 +272,9 @@ class RewardPipeline:
         self.anchor_noise = declared_noise(self.anchor) if self.anchor is not None else None
         self.ledger = ledger or CostLedger()
         self.solution_key = solution_key
+        if isinstance(stream_chunks, bool) or not isinstance(stream_chunks, int) or stream_chunks < 1:
+            raise ValueError(f"stream_chunks must be an integer >= 1; got {stream_chunks!r}")
+        self.stream_chunks = stream_chunks
 
     def _check_sources(self, world_model: Any, anchor: Any) -> None:
         mode = self.mode.value
@@ -297,6 +322,13 @@ class RewardPipeline:
             return None
         return [None if isinstance(item, Exact) else self.solution_key(item) for item in items]
 
+    def known_items(self, items: Sequence[Any]) -> np.ndarray:
+        """``(n,)`` bool: the items whose solution the execution memory knows (none without a memory or keys)."""
+        keys = self.keys_of(items)
+        if keys is None or self.corrector.memory is None:
+            return np.zeros(len(items), dtype=bool)
+        return np.array([k is not None and k in self.corrector.memory for k in keys], dtype=bool)
+
     # -- score ------------------------------------------------------------------------------------
     def score(
         self,
@@ -306,6 +338,7 @@ class RewardPipeline:
         world_model: bool = True,
         anchor: bool = True,
         repeat_rows: Sequence[bool] | np.ndarray | None = None,
+        need_feedback: bool = False,
     ) -> Scores:
         """Grade a flat list of rollouts: the world model every one, real execution the anchor rows.
 
@@ -317,6 +350,11 @@ class RewardPipeline:
             items: the rollouts; an :class:`~wmrl.core.rollouts.Exact` is never sent to a source.
             anchor_rows: ``(n,)`` bool, the rollouts to execute (``Plan.execute``, flat; default: none).
             repeat_rows: ``(n,)`` bool, executed rollouts to execute a second time (``Plan.repeat``).
+            need_feedback: the caller shows each outcome's feedback to the policy (K-turn episodes); the
+                execution memory keeps outcomes, not feedback, so nothing is skipped then.
+
+        Items whose solution the execution memory knows (:meth:`known_items`) are sent to neither
+        source: their scores stay NaN here and :meth:`correct` grades them from the memory.
         """
         n = len(items)
         rows = np.zeros(n, dtype=bool) if anchor_rows is None else np.asarray(anchor_rows, dtype=bool)
@@ -325,7 +363,9 @@ class RewardPipeline:
         out = Scores.empty(n)
         use_wm = world_model and self.world_model is not None
         use_real = anchor and self.anchor is not None
+        # Solutions the execution memory knows are graded from it (by the corrector): no source is asked.
         exact = [isinstance(item, Exact) for item in items]
+        skip = self.known_items(items) if not need_feedback else np.zeros(n, dtype=bool)
         for i, item in enumerate(items):
             if not exact[i]:
                 continue
@@ -335,8 +375,8 @@ class RewardPipeline:
             if use_real and rows[i]:
                 out.real[i], out.real_grades[i] = _nan(item.value), grade
                 out.statuses.append(item.status)
-        wm_rows = [i for i in range(n) if use_wm and not exact[i]]
-        real_rows = [i for i in range(n) if use_real and rows[i] and not exact[i]]
+        wm_rows = [i for i in range(n) if use_wm and not exact[i] and not skip[i]]
+        real_rows = [i for i in range(n) if use_real and rows[i] and not exact[i] and not skip[i]]
         # Exact rollouts are free items of both streams: per-item costs (and so the real-mode
         # estimate of the ledger) stay true to the whole mix of rollouts.
         if use_wm and any(exact):
@@ -452,7 +492,9 @@ class RewardPipeline:
         if flat_keys is not None:
             solution_keys = np.full((len(groups), width), None, dtype=object)
             solution_keys[cells] = flat_keys
-        if self.plans_after_scoring:  # these plans read the world model's scores first
+        if self.plans_after_scoring and self._can_stream():
+            scores, plan = self._score_streamed(items, keys, tasks, width, cells, solution_keys, in_flight)
+        elif self.plans_after_scoring:  # these plans read the world model's scores first
             scores = self.score(items, anchor=False)
             plan = self.plan(
                 keys, tasks, self._matrix(groups, scores.wm, width), in_flight, width, solution_keys
@@ -479,6 +521,67 @@ class RewardPipeline:
             solution_keys=solution_keys,
         )
         return StepResult(correction, plan, scores)
+
+    def _can_stream(self) -> bool:
+        sched = self.corrector.config.scheduler
+        return self.stream_chunks > 1 and sched.active_share == 0 and sched.rollout_share in (0.0, 1.0)
+
+    def _score_streamed(
+        self,
+        items: Sequence[Any],
+        keys: Sequence[str],
+        tasks: Sequence[str] | None,
+        width: int,
+        cells: np.ndarray,
+        solution_keys: np.ndarray | None,
+        in_flight: int,
+    ) -> tuple[Scores, Plan]:
+        """Score and plan a step chunk by chunk: each chunk's executions start as soon as its world-model
+        scores are in, while the world model scores the next chunk (:class:`~wmrl.core.corrector.PlanStream`
+        makes the same plan :meth:`plan` would from the same scores).
+
+        The anchor source is called one batch at a time, in order (sources need not be thread-safe);
+        the world model runs beside it.
+        """
+        n_groups = len(keys)
+        stream = self.corrector.plan_stream(keys, tasks, width, solution_keys, in_flight)
+        index = np.full((n_groups, width), -1)
+        index[cells] = np.arange(len(items))
+        out = Scores.empty(len(items))
+        out.statuses = []
+        sched = self.corrector.scheduler
+        pending = []
+
+        def execute(mask: np.ndarray) -> tuple[np.ndarray, Scores] | None:
+            mask = mask & cells
+            if not mask.any():
+                return None
+            rows = index[mask]
+            repeat = sched.select_repeats(stream.step, stream.keys, mask)[mask]
+            picked = [items[i] for i in rows]
+            return rows, self.score(
+                picked, np.ones(len(picked), dtype=bool), world_model=False, repeat_rows=repeat
+            )
+
+        with ThreadPoolExecutor(max_workers=1) as anchor_pool:
+            pending.append(anchor_pool.submit(execute, stream.anchor_rows()))
+            for chunk in np.array_split(np.arange(n_groups), min(self.stream_chunks, n_groups)):
+                chunk_cells = np.zeros_like(cells)
+                chunk_cells[chunk] = cells[chunk]
+                rows = index[chunk_cells]
+                part = self.score([items[i] for i in rows], anchor=False)
+                _put(out, part, rows, real=False)
+                chosen = np.zeros((n_groups, width), dtype=bool)
+                for r in chunk.tolist():
+                    wm_row = np.full(width, np.nan)
+                    wm_row[cells[r]] = out.wm[index[r][cells[r]]]
+                    chosen[r] = stream.add(int(r), wm_row)
+                pending.append(anchor_pool.submit(execute, chosen))
+            for future in pending:
+                result = future.result()
+                if result is not None:
+                    _put(out, result[1], result[0], real=True)
+        return out, stream.finish()
 
     def _step_ranks(self, groups: Sequence[Group], in_flight: int, processes: Processes) -> StepResult:
         """:meth:`step` for this rank's share of a data-parallel step."""

@@ -90,6 +90,12 @@ class SchedulerConfig:
             groups whose world-model scores fall where the calibration is least certain.
         rollout_share: share of the execution budget beyond ``floor`` spent on single rollouts
             (each chosen group's top-scored one) instead of whole groups (0 = whole groups only).
+        rollout_depth: single rollouts are chosen only among each group's ``rollout_depth``
+            top-ranked distinct solutions, ranked by what is known (the execution memory's outcome,
+            else the world model's score): with 1, a group's best-looking solution is executed
+            unless it is already known, and nothing else. ``None``: any rank, until the budget is spent.
+        reject_share: share of the single-rollout budget spent on solutions the world model ranks
+            in the bottom half of their group (its possible false negatives) instead of the top.
         repeat_share: share of executed rollouts executed a second time to measure execution
             noise (0 = off). Repeats cost executions on top of the budget.
     """
@@ -100,6 +106,8 @@ class SchedulerConfig:
     stratify: bool = True
     active_share: float = 0.0
     rollout_share: float = 0.0
+    rollout_depth: int | None = None
+    reject_share: float = 0.0
     repeat_share: float = 0.0
 
     def __post_init__(self) -> None:
@@ -116,7 +124,16 @@ class SchedulerConfig:
             or (isinstance(self.max_concurrent, int) and self.max_concurrent >= 1),
             f"scheduler.max_concurrent must be None or an integer >= 1; got {self.max_concurrent}",
         )
-        for name in ("active_share", "rollout_share", "repeat_share"):
+        require(
+            self.rollout_depth is None
+            or (
+                isinstance(self.rollout_depth, int)
+                and not isinstance(self.rollout_depth, bool)
+                and self.rollout_depth >= 1
+            ),
+            f"scheduler.rollout_depth must be None or an integer >= 1; got {self.rollout_depth!r}",
+        )
+        for name in ("active_share", "rollout_share", "reject_share", "repeat_share"):
             value = getattr(self, name)
             require(
                 isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0,
@@ -134,6 +151,25 @@ class AnchorScheduler:
         self.total_anchors = 0
         self._seen: dict[str, int] = {}
         self._anchored: dict[str, int] = {}
+
+    def describe(self, n_groups: int, group_size: int, fraction: float | None = None) -> str:
+        """What this scheduler executes per step, in words (the one place a log line asks)."""
+        cfg = self.config
+        f = cfg.fraction if fraction is None else fraction
+        whole = (
+            f"at least {cfg.floor} whole anchor group(s) a step" if cfg.floor else "no whole anchor groups"
+        )
+        if cfg.rollout_share >= 1.0:
+            depth = "" if cfg.rollout_depth is None else f" among its {cfg.rollout_depth} top-ranked"
+            return (
+                f"per-rollout anchors: in each of the {n_groups} groups of {group_size}, up to {f * group_size:g} "
+                f"solutions{depth} not yet known are executed for real, best-ranked first (fraction {f:g}); {whole}"
+            )
+        k = min(max(f * n_groups, cfg.floor), n_groups)
+        text = f"{k:g} of the {n_groups} groups of each step are executed for real (fraction {f:g}, floor {cfg.floor})"
+        if cfg.rollout_share > 0:
+            text += f", {cfg.rollout_share:g} of the budget beyond the floor on single top-ranked rollouts"
+        return text
 
     # -- selection ---------------------------------------------------------------------------
     def count(self, step: int, n_groups: int, in_flight: int = 0, fraction: float | None = None) -> int:
@@ -252,13 +288,31 @@ class AnchorScheduler:
         anchor: np.ndarray,
         budget: int,
         solution_keys: np.ndarray | None = None,
+        known: np.ndarray | None = None,
+        known_values: np.ndarray | None = None,
+        calibrated: np.ndarray | None = None,
+        per_group: float | None = None,
     ) -> np.ndarray:
         """Single rollouts to execute outside the anchor groups, shape ``(n_groups, G)`` bool.
 
-        Candidates are the rollouts of non-anchor groups with a known world-model score; the
-        ``budget`` highest-priority ones are chosen: first every group's top-scored rollout, then
-        every group's second, and so on; within a rank the group order is the per-(seed, step, key)
-        hash. Ties in score go to the earlier column.
+        Each group's rollouts are ranked by their current estimate: the real outcome where the
+        execution memory knows it (``known``, ``known_values``), the world-model score otherwise
+        (``calibrated``: through the calibration map, which puts it on the real outcomes' scale; ties
+        of the map's flat steps broken by the raw score, then by column). Candidates are the rollouts
+        of non-anchor groups with a world-model score and no known outcome whose rank is below
+        ``scheduler.rollout_depth`` (``None``: any rank).
+
+        * ``per_group=None``: the ``budget`` highest-priority candidates over the step: first every
+          group's top-ranked candidate, then every group's second, and so on; within a rank the group
+          order is the per-(seed, step, key) hash.
+        * ``per_group=q``: each group, in order, executes its ``q`` (hash-rounded per group)
+          top-ranked candidates. A group's choice then depends only on its own scores and the groups
+          before it, so its executions can start as soon as its world-model scores are in
+          (:meth:`select_group`); ``budget`` is ignored.
+
+        A share ``scheduler.reject_share`` of the executions goes instead to candidates ranked in the
+        bottom half of their group (one per group, in hash order): the false negatives a top-ranked
+        selection never tests.
 
         With ``solution_keys`` (``(n_groups, G)`` object, ``None`` = unknown) a solution is executed
         once per step: ranks count distinct solutions within a group, and a solution already in an
@@ -267,43 +321,168 @@ class AnchorScheduler:
         wm = np.asarray(wm_scores, dtype=float)
         n, width = wm.shape
         mask = np.zeros((n, width), dtype=bool)
-        if budget <= 0:
+        if per_group is None and budget <= 0:
             return mask
         anchor = np.asarray(anchor, dtype=bool)
-        known = ~np.isnan(wm) & ~anchor[:, None]
-        order = np.argsort(np.where(known, -wm, np.inf), axis=1, kind="stable")
-        rank = np.empty_like(order)
-        np.put_along_axis(rank, order, np.arange(width)[None, :].repeat(n, axis=0), axis=1)
-        draws = stable_uniforms(self.seed, step, [f"{k}\x1frollout" for k in group_keys])
-        if solution_keys is None:
-            rows, cols = np.nonzero(known)
-            chosen = np.lexsort((draws[rows], rank[rows, cols]))[:budget]
-            mask[rows[chosen], cols[chosen]] = True
+        known_real = np.zeros((n, width), dtype=bool) if known is None else np.asarray(known, dtype=bool)
+        values = None if known_values is None else np.asarray(known_values, dtype=float)
+        cal = None if calibrated is None else np.asarray(calibrated, dtype=float)
+        keys = None if solution_keys is None else np.asarray(solution_keys, dtype=object)
+        covered = set() if keys is None else {k for k in keys[anchor].reshape(-1).tolist() if k is not None}
+        if per_group is not None:
+            for r in range(n):
+                if anchor[r]:
+                    continue
+                mask[r] = self.select_group(
+                    step,
+                    group_keys[r],
+                    wm[r],
+                    per_group,
+                    None if keys is None else keys[r],
+                    known_real[r],
+                    None if values is None else values[r],
+                    None if cal is None else cal[r],
+                    covered,
+                )
             return mask
-        keys = np.asarray(solution_keys, dtype=object)
-        candidates = []  # (distinct rank, draw, row, col, key)
+        draws = stable_uniforms(self.seed, step, [f"{k}\x1frollout" for k in group_keys])
+        top, bottom = [], []  # (distinct rank, draw, row, col, key)
         for r in range(n):
-            seen: set[str] = set()
-            for c in order[r].tolist():
-                if not known[r, c]:
-                    break
-                key = keys[r, c]
-                if key is not None:
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                candidates.append((len(seen) if key is not None else rank[r, c] + 1, draws[r], r, c, key))
-        covered = {k for k in keys[anchor].reshape(-1).tolist() if k is not None}
-        for _, _, r, c, key in sorted(candidates, key=lambda t: (t[0], t[1])):
+            if anchor[r]:
+                continue
+            row_top, row_bottom = self._rank_group(
+                wm[r],
+                None if keys is None else keys[r],
+                known_real[r],
+                None if values is None else values[r],
+                None if cal is None else cal[r],
+            )
+            top += [(rank, draws[r], r, c, key) for rank, c, key in row_top]
+            bottom += [(0, draws[r], r, c, key) for _, c, key in row_bottom]
+        rejects = self._rounded(self.config.reject_share * budget, step, "__reject__")
+        chosen_rows: set[int] = set()
+        for _, _, r, c, key in sorted(bottom, key=lambda t: t[1]):
+            if rejects <= 0:
+                break
+            if r in chosen_rows or (key is not None and key in covered):
+                continue
+            if key is not None:
+                covered.add(key)
+            chosen_rows.add(r)
+            mask[r, c] = True
+            rejects -= 1
+            budget -= 1
+        for _, _, r, c, key in sorted(top, key=lambda t: (t[0], t[1])):
             if budget <= 0:
                 break
+            if mask[r, c] or (key is not None and key in covered):
+                continue
             if key is not None:
-                if key in covered:
-                    continue
                 covered.add(key)
             mask[r, c] = True
             budget -= 1
         return mask
+
+    def select_group(
+        self,
+        step: int,
+        group_key: str,
+        wm_row: np.ndarray,
+        quota: float,
+        keys_row: np.ndarray | None = None,
+        known_row: np.ndarray | None = None,
+        values_row: np.ndarray | None = None,
+        calibrated_row: np.ndarray | None = None,
+        covered: set[str] | None = None,
+    ) -> np.ndarray:
+        """One group's single rollouts to execute, ``(G,)`` bool (the ``per_group`` rule of
+        :meth:`select_rollouts`): ``quota`` rounded with a per-(seed, step, group) hashed coin, its
+        reject share likewise, each solution at most once per step (``covered``, updated in place)."""
+        width = len(wm_row)
+        out = np.zeros(width, dtype=bool)
+        covered = set() if covered is None else covered
+        count = self._rounded(quota, step, group_key, "__quota__")
+        if count <= 0:
+            return out
+        top, bottom = self._rank_group(
+            np.asarray(wm_row, dtype=float),
+            keys_row,
+            np.zeros(width, dtype=bool) if known_row is None else np.asarray(known_row, dtype=bool),
+            values_row,
+            calibrated_row,
+        )
+        rejects = min(self._rounded(self.config.reject_share * count, step, group_key, "__reject__"), 1)
+        if rejects and bottom:
+            # a hashed pick among the bottom half, so which false negative is tested is not always the worst
+            order = stable_uniforms(self.seed, step, [f"{group_key}\x1fbottom\x1f{c}" for _, c, _ in bottom])
+            for index in np.argsort(order, kind="stable").tolist():
+                _, c, key = bottom[index]
+                if key is None or key not in covered:
+                    out[c] = True
+                    count -= 1
+                    if key is not None:
+                        covered.add(key)
+                    break
+        for _, c, key in top:
+            if count <= 0:
+                break
+            if out[c] or (key is not None and key in covered):
+                continue
+            out[c] = True
+            count -= 1
+            if key is not None:
+                covered.add(key)
+        return out
+
+    def _rounded(self, quota: float, *parts: Any) -> int:
+        """``quota`` rounded down or up with a coin hashed from ``(seed, *parts)`` (exact in expectation)."""
+        whole = math.floor(quota)
+        if stable_uniform(self.seed, *parts) < quota - whole:
+            whole += 1
+        return int(whole)
+
+    def _rank_group(
+        self,
+        wm: np.ndarray,
+        keys: np.ndarray | None,
+        known: np.ndarray,
+        values: np.ndarray | None,
+        calibrated: np.ndarray | None,
+    ) -> tuple[list[tuple[int, int, Any]], list[tuple[int, int, Any]]]:
+        """One group's candidates: ``(top, bottom)`` lists of ``(distinct rank, column, key)``, top in
+        rank order (within ``rollout_depth``), bottom the candidates in the lower half of the ranking."""
+        width = wm.size
+        estimate = wm.copy() if calibrated is None else np.asarray(calibrated, dtype=float).copy()
+        if values is not None:
+            estimate = np.where(known, values, estimate)
+        ranked = ~np.isnan(estimate)
+        candidate = ranked & ~known & ~np.isnan(wm)
+        order = np.lexsort(
+            (
+                np.arange(width),
+                np.where(ranked & ~np.isnan(wm), -wm, 0.0),
+                np.where(ranked, -estimate, np.inf),
+            )
+        )
+        listed = [c for c in order.tolist() if ranked[c]]
+        depth = self.config.rollout_depth
+        seen: set[str] = set()
+        rank = 0
+        top, bottom = [], []
+        for position, c in enumerate(listed):
+            key = None if keys is None else keys[c]
+            if key is not None:
+                if key in seen:
+                    continue
+                seen.add(key)
+            rank += 1
+            if not candidate[c]:
+                continue
+            if depth is None or rank <= depth:
+                top.append((rank, c, key))
+            if position >= len(listed) / 2:
+                bottom.append((rank, c, key))
+        return top, bottom
 
     def select_repeats(self, step: int, group_keys: Sequence[str], execute: np.ndarray) -> np.ndarray:
         """Executed rollouts to execute a second time, shape ``(n_groups, G)`` bool.

@@ -226,6 +226,10 @@ class TrainConfigBase(_ResumeRules):
         logging: trackers, progress, plots and the completions table.
         checkpoint: checkpoint interval and retention.
         corrector: the correction (anchor scheduler, debiasing, fusion, advantages), as resolved by the mode.
+        corrector_preset: a named corrector configuration applied on top of ``corrector`` before the
+            mode (:data:`wmrl.core.corrector.PRESETS`, e.g. ``paper``: the paper's configuration;
+            ``wmrl_groups``: the design before the execution memory; ``real_cache`` with ``mode=real``:
+            real execution with a result cache). ``null``: none.
     """
 
     mode: Mode = Mode.WMRL
@@ -238,9 +242,20 @@ class TrainConfigBase(_ResumeRules):
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     corrector: CorrectorConfig = field(default_factory=CorrectorConfig)
+    corrector_preset: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", Mode.parse(self.mode))
+        if self.corrector_preset is not None:
+            from wmrl.core.corrector import PRESETS
+
+            name = self.corrector_preset
+            require(
+                name in PRESETS and name not in ("real", "world_model"),
+                f"corrector_preset must be one of {sorted(p for p in PRESETS if p not in ('real', 'world_model'))}; "
+                f"got {name!r} (the modes real and world_model are set with mode=...)",
+            )
+            object.__setattr__(self, "corrector", CorrectorConfig.preset(name, self.corrector))
         _int_at_least(self.steps, "steps", 1)
         _int_at_least(self.groups_per_step, "groups_per_step", 1)
         _int_at_least(self.group_size, "group_size", 2)

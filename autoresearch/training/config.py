@@ -250,15 +250,15 @@ class GRPOSection:
 
 
 def _default_corrector() -> CorrectorConfig:
-    # A CPU step holds 2 groups: anchoring exactly 1 of them (fraction 0.5, floor 1) makes the realised
-    # fraction what the run prints, every step. The paper's ~10% needs >= 10 groups per step
-    # (groups_per_step=10 corrector.scheduler.fraction=0.1). A short run must calibrate early: 8 pairs
-    # (two anchor groups of 4) before the first isotonic fit, fusion weights after 2 measured anchor
-    # groups. Long runs should raise both.
+    # The core default (docs/method.md §6): in each group, up to half of the rollouts, the best-ranked
+    # solutions not yet known, are executed; a solution executed once is graded from the execution
+    # memory afterwards; the gain fusion. A short run must calibrate early: 8 pairs before the first
+    # isotonic fit and before the fusion measures (long runs should raise both). The paper's
+    # configuration is one preset away: corrector=paper (whole groups at 10%, its fusion).
     return CorrectorConfig(
-        scheduler=SchedulerConfig(fraction=0.5, floor=1),
+        scheduler=SchedulerConfig(fraction=0.5, floor=0, rollout_share=1.0),
         debias=DebiasConfig(min_pairs=8),
-        fusion=FusionConfig(min_groups=2),
+        fusion=FusionConfig(mode="gain", min_groups=2, min_pairs=8),
     )
 
 
@@ -319,9 +319,10 @@ class TrainConfig(TrainConfigBase):
         )
         if self.episode.turns > 1:
             require(
-                sched.active_share == 0 and sched.rollout_share == 0,
-                "corrector.scheduler.active_share and .rollout_share must be 0 with episode.turns > 1: anchors are "
-                "chosen before the rollout (their feedback differs), so they cannot depend on world-model scores",
+                sched.active_share == 0,
+                "corrector.scheduler.active_share must be 0 with episode.turns > 1: it chooses whole groups by "
+                "world-model scores, which exist only turn by turn (per-rollout anchors choose the trajectories "
+                "to execute from the first turn's scores)",
             )
             require(
                 sched.repeat_share == 0,

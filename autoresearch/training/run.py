@@ -402,6 +402,7 @@ def run_training(
     from wmrl.core.engines.trl.callbacks import RunLogCallback
     from wmrl.core.ledger import CostLedger
     from wmrl.core.runlog import RunWriter, plot_run
+    from wmrl.core.scheduler import AnchorScheduler
 
     if isinstance(out_dir, RunDirectory):
         run_dir = out_dir
@@ -479,12 +480,11 @@ def run_training(
             )
         if config.mode.executes and config.mode.needs_world_model:
             n = config.groups_per_step * processes.num_processes
-            sched = config.corrector.scheduler
-            k = max(sched.floor, sched.fraction * n)
-            log(
-                f"[wmrl] anchors: fraction {sched.fraction:.2f}, floor {sched.floor} per step: "
-                f"{k:g} of the {n} groups of each step are executed for real (the rest: world model)"
+            scheduler = AnchorScheduler(config.corrector.scheduler)
+            memory = (
+                " (solutions executed before are graded from memory)" if config.corrector.memory_on else ""
             )
+            log(f"[wmrl] anchors: {scheduler.describe(n, config.group_size)}{memory}")
         rows = build_prompt_rows(
             tasks,
             turns=config.episode.turns,

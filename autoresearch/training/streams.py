@@ -12,6 +12,7 @@ item is the assembled script (:func:`~wmrl.autoresearch.training.model_slot.asse
 
 from __future__ import annotations
 
+import ast
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -23,7 +24,14 @@ from wmrl.autoresearch.tasks.model import Solution
 from wmrl.autoresearch.training.model_slot import assemble
 from wmrl.core.rollouts import Exact
 
-__all__ = ["EXECUTION_METRICS", "ItemFn", "execution_metrics", "solution_items", "solution_key"]
+__all__ = [
+    "EXECUTION_METRICS",
+    "ItemFn",
+    "execution_metrics",
+    "normalised_code",
+    "solution_items",
+    "solution_key",
+]
 
 #: What :func:`execution_metrics` logs each step, over the step's real executions.
 EXECUTION_METRICS = {
@@ -59,11 +67,22 @@ def solution_items(task_column: str = "task_ref", ladder: RewardLadder | None = 
     return item
 
 
+def normalised_code(code: str) -> str:
+    """What a script executes, without what cannot change it: its syntax tree (comments, blank lines,
+    spacing and quote styles dropped). A script that does not parse keeps its text with each line's
+    trailing spaces and the blank lines removed (it fails the same way whatever its comments say)."""
+    try:
+        return ast.dump(ast.parse(code), annotate_fields=False, include_attributes=False)
+    except (SyntaxError, ValueError, RecursionError):
+        return "\n".join(line.rstrip() for line in code.splitlines() if line.strip())
+
+
 def solution_key(item: Any) -> str | None:
-    """Which rollouts are the same solution: the task and the script's text, hashed (``None``: not a script)."""
+    """Which rollouts are the same solution: the task and the normalised script (:func:`normalised_code`),
+    hashed (``None``: not a script). The execution memory grades a known key from its first execution."""
     if not isinstance(item, Solution):
         return None
-    return hashlib.sha256(f"{item.task_id}\0{item.code}".encode()).hexdigest()[:16]
+    return hashlib.sha256(f"{item.task_id}\0{normalised_code(item.code)}".encode()).hexdigest()[:16]
 
 
 def execution_metrics(grades: Sequence[Any]) -> dict[str, float | None]:

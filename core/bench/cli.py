@@ -35,6 +35,19 @@ def register(root) -> None:
         metavar="KEY=VALUE",
         help="override the corrector config every arm starts from, e.g. fusion.bias_horizon=8 (repeatable)",
     )
+    syn.add_argument(
+        "--variants",
+        type=int,
+        default=1,
+        help="how solutions recur: each in V variants that share its outcome but not its key (1: exact "
+        "recurrence, the default problem; 0: nothing recurs)",
+    )
+    syn.add_argument(
+        "--equal-steps",
+        action="store_true",
+        help="compare at equal steps only (default: every arm is also continued to real's cost and compared "
+        "at equal cost)",
+    )
     syn.add_argument("--out", default="runs/bench-synthetic", help="output directory")
     over = root.subcommand("bench", "overhead", "corrector step time and debiaser refit time", _overhead)
     over.add_argument("--quick", action="store_true", help="fewer sizes and repeats")

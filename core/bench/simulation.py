@@ -48,12 +48,13 @@ import numpy as np
 
 from wmrl.core.config import require
 from wmrl.core.corrector import Corrector, CorrectorConfig
+from wmrl.core.modes import apply_changes
 from wmrl.core.sources import NoiseModel
 
 __all__ = ["ARMS", "EXEC_NOISE", "ArmResult", "Landscape", "SimConfig", "run_arm"]
 
-# arm name -> corrector preset. ``wmrl`` is the default configuration.
-ARMS: dict[str, str] = {
+# arm name -> corrector preset, or (preset, dotted settings on top). ``wmrl`` is the default configuration.
+ARMS: dict[str, str | tuple[str, dict[str, Any]]] = {
     "real": "real",
     "world_model": "world_model",
     "wmrl": "wmrl",
@@ -69,7 +70,57 @@ ARMS: dict[str, str] = {
     "wmrl_rollout": "wmrl_rollout",
     "wmrl_adaptive_budget": "wmrl_adaptive_budget",
     "wmrl_active": "wmrl_active",
+    # the strongest baselines: real execution with a result cache, and the paper's configuration
+    "real_cache": "real_cache",
+    "paper": "paper",
+    # the default before issue 32, and the default with each of its parts taken away
+    "wmrl_groups": "wmrl_groups",
+    "wmrl_no_memory": "wmrl_no_memory",
+    "wmrl_flat": "wmrl_flat",
+    # the design of issue 32: each group's top-ranked solution not yet known is executed, every
+    # outcome is remembered; fusions compared
+    "mem_top": (
+        "wmrl",
+        {
+            "scheduler.rollout_share": 1.0,
+            "scheduler.floor": 0,
+            "scheduler.rollout_depth": 1,
+            "memory.enabled": True,
+        },
+    ),
+    "mem_top_gain": (
+        "wmrl",
+        {
+            "scheduler.rollout_share": 1.0,
+            "scheduler.floor": 0,
+            "scheduler.rollout_depth": 1,
+            "memory.enabled": True,
+            "fusion.mode": "gain",
+        },
+    ),
+    "mem_top_flat": (
+        "wmrl",
+        {
+            "scheduler.rollout_share": 1.0,
+            "scheduler.floor": 0,
+            "scheduler.rollout_depth": 1,
+            "memory.enabled": True,
+            "fusion.mode": "none",
+        },
+    ),
 }
+
+
+def arm_config(arm: str, base: CorrectorConfig, seed: int) -> CorrectorConfig:
+    """The corrector configuration of ``arm`` on top of ``base``, seeded."""
+    if arm not in ARMS:
+        raise ValueError(f"unknown arm {arm!r}; known: {sorted(ARMS)}")
+    spec = ARMS[arm]
+    preset, changes = (spec, {}) if isinstance(spec, str) else spec
+    config = CorrectorConfig.preset(preset, base, seed=seed)
+    return apply_changes(config, changes) if changes else config
+
+
 # Arms that run their preset without the noise declaration the simulated anchor could give.
 _UNDECLARED = {"wmrl_undeclared", "wmrl_repeats"}
 
@@ -104,6 +155,9 @@ class SimConfig:
     flaky_rate: float = 0.1
     declare_noise: bool = True
     solution_keys: bool = True
+    # recurrence: each solution comes in ``variants`` textual variants that share its outcome (and
+    # the world model's persistent error) but not its key; 0: every sampled solution is new
+    variants: int = 1
     # costs
     base_cost: float = 1.0
     wm_cost: float = 0.1
@@ -135,6 +189,10 @@ class SimConfig:
             self.exec_noise in EXEC_NOISE, f"exec_noise must be one of {EXEC_NOISE}; got {self.exec_noise!r}"
         )
         require(self.exec_sd >= 0 and 0 <= self.flaky_rate < 1, "need exec_sd >= 0 and 0 <= flaky_rate < 1")
+        require(
+            isinstance(self.variants, int) and self.variants >= 0,
+            f"variants must be an integer >= 0 (0: nothing recurs); got {self.variants!r}",
+        )
 
     def declared_noise(self) -> NoiseModel | None:
         """What the simulated anchor declares about its noise (``None``: nothing)."""
@@ -232,14 +290,41 @@ class ArmResult:
         )
 
 
-def run_arm(cfg: SimConfig, arm: str, seed: int, keep_metrics: bool = False) -> ArmResult:
-    """Train one arm on one seed; return its curves."""
-    if arm not in ARMS:
-        raise ValueError(f"unknown arm {arm!r}; known: {sorted(ARMS)}")
+def _solution_keys(
+    cfg: SimConfig, rng: np.random.Generator, step: int, tasks: np.ndarray, picks: np.ndarray
+) -> list[list[str]]:
+    """The key of each sampled solution: ``task:solution`` (``:variant`` when solutions have several)."""
+    rows = []
+    for i, (t, row) in enumerate(zip(tasks.tolist(), picks.tolist(), strict=True)):
+        if cfg.variants == 1:
+            rows.append([f"{t}:{k}" for k in row])
+        elif cfg.variants == 0:
+            rows.append([f"{t}:{k}:{step}.{i}.{j}" for j, k in enumerate(row)])
+        else:
+            v = rng.integers(cfg.variants, size=len(row)).tolist()
+            rows.append([f"{t}:{k}:{x}" for k, x in zip(row, v, strict=True)])
+    return rows
+
+
+def run_arm(
+    cfg: SimConfig,
+    arm: str,
+    seed: int,
+    keep_metrics: bool = False,
+    until_cost: float | None = None,
+    max_steps: int | None = None,
+) -> ArmResult:
+    """Train one arm on one seed; return its curves.
+
+    ``cfg.steps`` steps, or more with ``until_cost``: steps continue until the cumulative cost
+    reaches ``until_cost`` (so cheaper arms can be compared at equal cost), at most ``max_steps``
+    (default ``20 · cfg.steps``).
+    """
     land = Landscape(cfg, seed)
     rng = np.random.default_rng([seed, 0xA11, 7])
-    corrector = Corrector(CorrectorConfig.preset(ARMS[arm], cfg.corrector, seed=seed))
-    uses_wm = arm != "real"
+    variant_rng = np.random.default_rng([seed, 0x7A2])  # apart, so variants=1 draws as before
+    corrector = Corrector(arm_config(arm, cfg.corrector, seed))
+    uses_wm = not arm.startswith("real")
     declared = None if arm in _UNDECLARED else cfg.declared_noise()
     with_keys = cfg.solution_keys
     logits = np.zeros((cfg.n_tasks, cfg.n_solutions))
@@ -248,7 +333,13 @@ def run_arm(cfg: SimConfig, arm: str, seed: int, keep_metrics: bool = False) -> 
     curve = [start]
     rollouts, wm_calls, executions, metrics = [], [], [], []
     G = cfg.group_size
-    for step in range(cfg.steps):
+    limit = max_steps if max_steps is not None else 20 * cfg.steps
+    spent = 0.0
+    step = -1
+    while True:
+        step += 1
+        if step >= cfg.steps and (until_cost is None or spent >= until_cost or step >= limit):
+            break
         tasks = rng.choice(cfg.n_tasks, cfg.groups_per_step, replace=False)
         probs = np.exp(logits[tasks] - logits[tasks].max(axis=1, keepdims=True))
         probs /= probs.sum(axis=1, keepdims=True)
@@ -267,9 +358,10 @@ def run_arm(cfg: SimConfig, arm: str, seed: int, keep_metrics: bool = False) -> 
         task_keys = [f"t{t}" for t in tasks]
         solutions = None
         if with_keys:
-            solutions = [
-                [f"{t}:{k}" for k in row] for t, row in zip(tasks.tolist(), picks.tolist(), strict=True)
-            ]
+            solutions = _solution_keys(cfg, variant_rng, step, tasks, picks)
+        # What the execution memory knows is graded from it: the world model is not asked.
+        known = corrector.known(solutions, wm.shape).known
+        wm = np.where(known, np.nan, wm)
         plan = corrector.plan(keys, task_keys, wm, solution_keys=solutions)
         real = np.where(plan.execute, real_all, np.nan)
         again = None
@@ -286,8 +378,11 @@ def run_arm(cfg: SimConfig, arm: str, seed: int, keep_metrics: bool = False) -> 
         np.add.at(logits, tasks, cfg.lr * grad * len(tasks))
         curve.append(land.true_value(logits))
         n_roll = len(tasks) * G
+        spent += n_roll * cfg.base_cost
+        spent += (int(n_roll - known.sum()) if uses_wm else 0) * cfg.wm_cost
+        spent += int(plan.execute.sum() + plan.repeat.sum()) * cfg.exec_cost
         rollouts.append(n_roll)
-        wm_calls.append(n_roll if uses_wm else 0)
+        wm_calls.append(int(n_roll - known.sum()) if uses_wm else 0)
         executions.append(int(plan.execute.sum() + plan.repeat.sum()))
         if keep_metrics:
             metrics.append(out.metrics)

@@ -16,6 +16,14 @@ Definitions:
 
 ``--noise-sweep`` repeats a set of arms under every kind of execution noise (``none``, ``gaussian``,
 ``flaky``, ``bernoulli``; see ``simulation.py``) and writes ``noise_sweep`` into the JSON.
+
+**At equal cost** (``equal_cost`` in the JSON, the table printed first): every arm but ``real`` is
+continued past ``--steps`` until it has spent what ``real`` spends in ``--steps`` steps, and is read
+at ``real``'s cost and a third of it, with the cost at which its seed-mean curve reaches 95% and
+100% of ``real``'s final reward and per-seed paired differences against ``real_cache`` (real
+execution with a result cache: the strongest baseline) and ``paper`` (the paper's configuration);
+see :mod:`wmrl.core.bench.equal_cost`. ``--variants V`` sets how solutions recur (each solution in
+``V`` variants that share its outcome but not its key; 0: nothing recurs).
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from wmrl.core.bench.equal_cost import equal_cost_summary, format_equal_cost
 from wmrl.core.bench.runstore import RunStore
 from wmrl.core.bench.simulation import ARMS, EXEC_NOISE, ArmResult, SimConfig, run_arm
 from wmrl.core.config import ConfigError, apply_overrides, from_dict, to_dict
@@ -65,18 +74,21 @@ def summarise(
     cfg: SimConfig, runs: dict[str, list[ArmResult]], exec_cost: float
 ) -> dict[str, dict[str, Any]]:
     """The per-arm summary for one execution cost."""
-    real_final = float(np.mean([r.true_reward[-1] for r in runs["real"]])) if "real" in runs else None
-    real_cost = float(np.mean([r.cost(cfg, exec_cost)[-1] for r in runs["real"]])) if "real" in runs else None
+    k = cfg.steps + 1  # runs continued past cfg.steps (for equal cost) are read at cfg.steps here
+    real_final = float(np.mean([r.true_reward[k - 1] for r in runs["real"]])) if "real" in runs else None
+    real_cost = (
+        float(np.mean([r.cost(cfg, exec_cost)[k - 1] for r in runs["real"]])) if "real" in runs else None
+    )
     target = None if real_final is None else 0.95 * real_final
     out = {}
     for arm, results in runs.items():
-        finals = np.array([r.true_reward[-1] for r in results])
-        curve = np.mean([r.true_reward for r in results], axis=0)
-        costs = np.mean([r.cost(cfg, exec_cost) for r in results], axis=0)
+        finals = np.array([r.true_reward[k - 1] for r in results])
+        curve = np.mean([r.true_reward[:k] for r in results], axis=0)
+        costs = np.mean([r.cost(cfg, exec_cost)[:k] for r in results], axis=0)
         reached = np.flatnonzero(curve >= target) if target is not None else np.array([], dtype=int)
-        weights = [m.get("wmrl/effective_lr_scale") for r in results for m in r.metrics]
-        anchor_w = [m.get("wmrl/weight_anchor") for r in results for m in r.metrics]
-        share = [m.get("wmrl/anchor_share") for r in results for m in r.metrics]
+        weights = [m.get("wmrl/effective_lr_scale") for r in results for m in r.metrics[: k - 1]]
+        anchor_w = [m.get("wmrl/weight_anchor") for r in results for m in r.metrics[: k - 1]]
+        share = [m.get("wmrl/anchor_share") for r in results for m in r.metrics[: k - 1]]
         out[arm] = {
             "final_true_reward": float(finals.mean()),
             "final_true_reward_ci95": ci95(finals),
@@ -86,7 +98,7 @@ def summarise(
             "compute_ratio_vs_real": real_cost / float(costs[-1]) if real_cost and costs[-1] > 0 else None,
             "reward_ratio_vs_real": float(finals.mean()) / real_final if real_final else None,
             "realised_anchor_fraction": float(
-                np.mean([r.executions.sum() / r.rollouts.sum() for r in results])
+                np.mean([r.executions[: k - 1].sum() / r.rollouts[: k - 1].sum() for r in results])
             ),
             "mean_effective_lr_scale": _mean_known(weights),
             "mean_anchor_weight": _mean_known(anchor_w),
@@ -102,17 +114,20 @@ Runner = Callable[..., ArmResult]
 def stored_runner(store: RunStore) -> Runner:
     """:func:`run_arm`, with each finished run kept in ``store`` and read back when asked again."""
 
-    def run(cfg: SimConfig, arm: str, seed: int, keep_metrics: bool = False) -> ArmResult:
+    def run(
+        cfg: SimConfig, arm: str, seed: int, keep_metrics: bool = False, until_cost: float | None = None
+    ) -> ArmResult:
         inputs = {
             "bench": "synthetic",
             "config": to_dict(cfg),
             "arm": arm,
             "seed": seed,
             "keep_metrics": keep_metrics,
+            "until_cost": until_cost,
         }
         return store.run(
             inputs,
-            lambda: run_arm(cfg, arm, seed, keep_metrics=keep_metrics),
+            lambda: run_arm(cfg, arm, seed, keep_metrics=keep_metrics, until_cost=until_cost),
             ArmResult.to_dict,
             ArmResult.from_dict,
         )
@@ -126,15 +141,31 @@ def _mean_known(values: list) -> float | None:
 
 
 def run_arms(
-    cfg: SimConfig, arms: list[str], seeds: list[int], progress: bool = True, run: Runner = run_arm
+    cfg: SimConfig,
+    arms: list[str],
+    seeds: list[int],
+    progress: bool = True,
+    run: Runner = run_arm,
+    equal_cost: bool = False,
 ) -> dict[str, list[ArmResult]]:
+    """Every arm on every seed. ``equal_cost``: ``real`` runs first, and every other arm is continued
+    past ``cfg.steps`` until it has spent what ``real`` spent on the same seed."""
     runs: dict[str, list[ArmResult]] = {}
     total = len(arms) * len(seeds)
     done = 0
+    budget: dict[int, float] = {}
+    if equal_cost and "real" in arms:
+        arms = ["real", *[a for a in arms if a != "real"]]
     for arm in arms:
         runs[arm] = []
         for seed in seeds:
-            runs[arm].append(run(cfg, arm, seed, keep_metrics=True))
+            if equal_cost and arm != "real" and seed in budget:
+                result = run(cfg, arm, seed, keep_metrics=True, until_cost=budget[seed])
+            else:
+                result = run(cfg, arm, seed, keep_metrics=True)
+            if arm == "real":
+                budget[seed] = float(result.cost(cfg)[cfg.steps])
+            runs[arm].append(result)
             done += 1
             if progress and (sys.stderr.isatty() or done % max(1, total // 10) == 0 or done == total):
                 end = "" if sys.stderr.isatty() else "\n"
@@ -387,7 +418,12 @@ def run_from_cli(args: argparse.Namespace) -> int:
     except ConfigError as err:
         print(f"--set: {err}", file=sys.stderr)
         return 2
-    cfg = SimConfig(exec_cost=args.exec_cost, exec_noise=args.exec_noise, corrector=corrector)
+    if args.variants < 0:
+        print("--variants must be >= 0 (0: nothing recurs)", file=sys.stderr)
+        return 2
+    cfg = SimConfig(
+        exec_cost=args.exec_cost, exec_noise=args.exec_noise, corrector=corrector, variants=args.variants
+    )
     if args.quick:
         cfg = replace(cfg, steps=150, n_tasks=16, groups_per_step=12)
     seeds = list(range(args.seed0, args.seed0 + seeds_n))
@@ -417,8 +453,17 @@ def _bench(
     args: argparse.Namespace, cfg: SimConfig, arms: list[str], seeds: list[int], out: Path, run: Runner
 ) -> int:
     started = time.perf_counter()
-    runs = run_arms(cfg, arms, seeds, run=run)
+    runs = run_arms(cfg, arms, seeds, run=run, equal_cost=not args.equal_steps)
     summary = summarise(cfg, runs, cfg.exec_cost)
+    equal = None
+    if not args.equal_steps:
+        curves = {
+            arm: {s: (r.true_reward, r.cost(cfg)) for s, r in zip(seeds, rs, strict=True)}
+            for arm, rs in runs.items()
+        }
+        equal = equal_cost_summary(curves, seeds, cfg.steps, references=("real_cache", "paper"))
+        print(format_equal_cost(equal))
+        print()
     sensitivity = {
         f"{c:g}": {
             arm: {k: s[k] for k in ("cost", "cost_to_target", "compute_ratio_vs_real")}
@@ -436,6 +481,7 @@ def _bench(
         "config": to_dict(cfg),
         "seeds": seeds,
         "definitions": __doc__,
+        "equal_cost": equal,
         "arms": summary,
         "sensitivity": sensitivity,
         "curves": {

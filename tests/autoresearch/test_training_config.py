@@ -24,9 +24,18 @@ def test_defaults_are_the_embedded_quickstart():
     assert c.grpo.max_completion_tokens == 96 and c.lora.last_layers == 8
     assert c.world_model.scoring == "status_probs"  # one prefill per script
     assert 1 <= c.steps <= 10 and c.group_size >= 2 and c.episode.turns == 1
-    # the anchors it prints are the anchors it realises: exactly floor-or-fraction groups per step
+    # the core default: per-rollout anchors (a quota of half of each group), the execution memory, gain
     sched = c.corrector.scheduler
-    assert sched.fraction * c.groups_per_step == sched.floor == 1
+    assert sched.rollout_share == 1.0 and sched.floor == 0 and sched.fraction * c.group_size == 4
+    assert c.corrector.memory.enabled is True and c.corrector.fusion.mode == "gain"
+    # the paper's configuration is one preset away; real with a result cache is a setting of mode real
+    paper = load_config(TrainConfig, None, ["corrector_preset=paper"]).corrector
+    assert paper.fusion.mode == "paper" and paper.scheduler.fraction == 0.1 and paper.memory.enabled is False
+    cached = load_config(TrainConfig, None, ["mode=real", "corrector.memory.enabled=true"]).corrector
+    assert cached.memory.enabled is True and cached.scheduler.fraction == 1.0
+    assert load_config(TrainConfig, None, ["mode=real"]).corrector.memory.enabled is False
+    with pytest.raises(ConfigError, match="corrector_preset"):
+        load_config(TrainConfig, None, ["corrector_preset=real"])
     assert from_dict(TrainConfig, json.loads(json.dumps(to_dict(c)))) == c
 
 
@@ -66,7 +75,7 @@ def test_files_and_strictness(tmp_path):
     with pytest.raises(ConfigError, match="duplicates"):
         load_config(TrainConfig, None, ['tasks.ids=["a", "a"]'])
     assert load_config(TrainConfig, None, ["tasks.ids=[iris, wine]"]).tasks.ids == ("iris", "wine")
-    with pytest.raises(ConfigError, match=r"active_share and \.rollout_share must be 0"):
+    with pytest.raises(ConfigError, match=r"active_share must be 0 with episode\.turns > 1"):
         load_config(TrainConfig, None, [*SCRIPTS, "episode.turns=2", "corrector.scheduler.active_share=0.5"])
     with pytest.raises(ConfigError, match=r"tasks\.action=script model\.path=smollm2-warm"):
         load_config(TrainConfig, None, ["episode.turns=2"])  # the default action is single-turn

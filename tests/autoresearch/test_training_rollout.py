@@ -36,7 +36,10 @@ def test_feedback_suffix_closes_the_turn_and_opens_the_next():
 
 @pytest.mark.trl
 @pytest.mark.bwrap
-def test_two_turn_rollout(tmp_path):
+@pytest.mark.parametrize("design", ["groups", "rollouts"])
+def test_two_turn_rollout(tmp_path, design):
+    """K = 2 turns with whole anchor groups (chosen from keys) and with per-rollout anchors, the
+    default (each group's top-scored trajectory after the first turn, executed at both turns)."""
     from datasets import Dataset
 
     from wmrl.autoresearch.agent.episode import EpisodeConfig
@@ -92,7 +95,7 @@ def test_two_turn_rollout(tmp_path):
             temperature=1.0,
         ),
         train_dataset=Dataset.from_list(rows),
-        corrector=Corrector(CorrectorConfig()),
+        corrector=Corrector(CorrectorConfig.preset("wmrl_groups") if design == "groups" else CorrectorConfig()),
         mode="wmrl",
         world_model=wm,
         anchor=anchor,
@@ -114,7 +117,15 @@ def test_two_turn_rollout(tmp_path):
     n = len(out["completion_ids"])
     assert n == 4 and len(items) == 2 * n  # two turns of four rows
     anchor_rows = [i for i in range(n) if out["wmrl_real"][i] is not None]
-    assert len(anchor_rows) == 2 and anchor_rows in ([0, 1], [2, 3]), "exactly one anchor group (the floor)"
+    if design == "groups":
+        assert len(anchor_rows) == 2 and anchor_rows in ([0, 1], [2, 3]), "exactly one anchor group (the floor)"
+    else:
+        # a quota of half of each group of 2: its better-scored trajectory after the first turn
+        assert len(anchor_rows) == 2 and {i // 2 for i in anchor_rows} == {0, 1}
+        first = [t.value if isinstance(t, Exact) else wm.score([t])[0] for t in items[:n]]
+        for i in anchor_rows:
+            other = i + 1 if i % 2 == 0 else i - 1
+            assert first[i] is not None and (first[other] is None or first[i] >= first[other])
     tok = policy.tokenizer
     grader = ExecutionGrader(backend="bwrap")
     counter = HFTokens(tok)

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from group_design import groups_config
 
 from wmrl.core.corrector import Corrector, CorrectorConfig
 from wmrl.core.debias import DebiasConfig
@@ -28,7 +29,7 @@ def _drive(corrector, rng, steps, n=16):
 
 def test_calibration_reduces_within_group_disagreement():
     rng = np.random.default_rng(0)
-    with_map = Corrector(CorrectorConfig(debias=DebiasConfig(min_pairs=32)))
+    with_map = Corrector(groups_config(debias=DebiasConfig(min_pairs=32)))
     without = Corrector(CorrectorConfig.preset("uncorrected_mix"))
     a = _drive(with_map, rng, 60)
     b = _drive(without, np.random.default_rng(0), 60)
@@ -37,7 +38,7 @@ def test_calibration_reduces_within_group_disagreement():
 
 
 def test_fusion_weights_are_a_convex_combination():
-    c = Corrector(CorrectorConfig(fusion=FusionConfig(min_groups=2)))
+    c = Corrector(groups_config(fusion=FusionConfig(min_groups=2)))
     for out in _drive(c, np.random.default_rng(0), 20):
         contributing = out.weights[out.weights > 0]
         assert contributing.mean() == pytest.approx(1.0)
@@ -53,7 +54,7 @@ def test_world_model_preset_never_anchors_and_real_preset_always_does():
 
 
 def test_resume_is_bit_identical(tmp_path):
-    cfg = CorrectorConfig(
+    cfg = groups_config(
         debias=DebiasConfig(min_pairs=16, per_key=True),
         scheduler=SchedulerConfig(fraction=0.2, active_share=0.5),
     )
@@ -69,13 +70,13 @@ def test_resume_is_bit_identical(tmp_path):
 
 
 def test_loading_into_a_differently_configured_corrector_fails():
-    a = Corrector(CorrectorConfig(seed=1))
+    a = Corrector(groups_config(seed=1))
     with pytest.raises(ValueError, match="configured differently"):
-        Corrector(CorrectorConfig(seed=2)).load_state_dict(a.state_dict())
+        Corrector(groups_config(seed=2)).load_state_dict(a.state_dict())
 
 
 def test_bad_input_names_the_rule():
-    c = Corrector()
+    c = Corrector(groups_config())
     plan = c.plan(["a", "b"])
     with pytest.raises(ValueError, match="inf"):
         c.correct(plan, np.array([[np.inf, 0.0], [0.0, 0.0]]), np.full((2, 2), np.nan))
@@ -129,10 +130,8 @@ def _keyed_drive(corrector, rng, steps, n=16, size=8, noisy=False):
 
 def test_per_rollout_anchors_spend_the_same_executions_and_use_real_scores():
     rng = np.random.default_rng(0)
-    groups_cfg = CorrectorConfig(scheduler=SchedulerConfig(fraction=0.25, floor=0), seed=1)
-    rollout_cfg = CorrectorConfig(
-        scheduler=SchedulerConfig(fraction=0.25, floor=0, rollout_share=1.0), seed=1
-    )
+    groups_cfg = groups_config(scheduler=SchedulerConfig(fraction=0.25, floor=0), seed=1)
+    rollout_cfg = groups_config(scheduler=SchedulerConfig(fraction=0.25, floor=0, rollout_share=1.0), seed=1)
     whole, single = Corrector(groups_cfg), Corrector(rollout_cfg)
     wm = rng.random((16, 8))
     keys = [f"k{i}" for i in range(16)]
@@ -150,7 +149,7 @@ def test_per_rollout_anchors_spend_the_same_executions_and_use_real_scores():
 
 
 def test_an_executed_solution_serves_its_duplicates_in_world_model_groups():
-    c = Corrector(CorrectorConfig(scheduler=SchedulerConfig(fraction=0.0, floor=0, rollout_share=1.0)))
+    c = Corrector(groups_config(scheduler=SchedulerConfig(fraction=0.0, floor=0, rollout_share=1.0)))
     c.fraction = 0.5  # one group's worth of single rollouts below
     wm = np.array([[0.9, 0.9, 0.2, 0.1], [0.4, 0.3, 0.2, 0.1]])
     solutions = [["a", "a", "b", "c"], ["d", "e", "f", "g"]]
@@ -164,7 +163,7 @@ def test_an_executed_solution_serves_its_duplicates_in_world_model_groups():
 
 
 def test_resume_is_bit_identical_with_every_new_feature(tmp_path):
-    cfg = CorrectorConfig(
+    cfg = groups_config(
         scheduler=SchedulerConfig(fraction=0.25, rollout_share=0.5, repeat_share=0.3),
         fusion=FusionConfig(persistence="measured", min_groups=2, min_keyed_rollouts=8, min_repeats=4),
         debias=DebiasConfig(min_pairs=16),

@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+from group_design import groups_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.isotonic import IsotonicRegression
@@ -24,7 +25,7 @@ def _anchored(corrector, n=2, width=2):
 
 # -- fusion inputs and config ---------------------------------------------------------------
 def test_correct_rejects_a_negative_world_model_variance():
-    c = Corrector()
+    c = Corrector(groups_config())
     plan, real = _anchored(c)
     with pytest.raises(ValueError, match="negative"):
         c.correct(plan, np.zeros((2, 2)), real, wm_variance=np.full((2, 2), -0.1))
@@ -105,7 +106,7 @@ def test_debiaser_state_is_validated(change, message):
 
 # -- input leniency ---------------------------------------------------------------------------
 def test_the_split_api_refuses_text_scores():
-    c = Corrector()
+    c = Corrector(groups_config())
     plan = c.plan(["a"])
     with pytest.raises(ValueError, match="real numbers"):
         c.correct(plan, [["0.5", "0.7"]], [[None, None]] if not plan.anchor[0] else [[0.5, 0.7]])
@@ -138,7 +139,7 @@ def test_a_text_variance_is_a_source_error():
 
 
 def test_correct_refuses_an_empty_plan_and_empty_groups():
-    c = Corrector()
+    c = Corrector(groups_config())
     with pytest.raises(ValueError, match="at least one group"):
         c.plan([])
     plan = c.plan(["a"])
@@ -147,14 +148,14 @@ def test_correct_refuses_an_empty_plan_and_empty_groups():
 
 
 def test_a_missing_task_is_not_a_task_called_none():
-    c = Corrector()
+    c = Corrector(groups_config())
     with pytest.raises(ValueError, match="not a task called 'None'"):
         c.plan(["a", "b"], [None, "t1"])
     assert c.plan(["a", "b"], [None, None]).task_keys is None
 
 
 def test_advantages_list_takes_an_array_of_sizes():
-    c = Corrector()
+    c = Corrector(groups_config())
     plan, real = _anchored(c, n=2, width=3)
     out = c.correct(plan, np.array([[0.1, 0.5, 0.9], [0.2, 0.4, 0.8]]), real)
     rows = out.advantages_list(np.array([2, 3]))

@@ -2,8 +2,9 @@
 
 import numpy as np
 import pytest
+from group_design import groups_config
 
-from wmrl.core.corrector import Corrector, CorrectorConfig
+from wmrl.core.corrector import Corrector
 from wmrl.core.execnoise import ROUTE_ASSUMED, ROUTE_DECLARED, ROUTE_MEASURED, ExecutionNoise
 from wmrl.core.fusion import FusionConfig
 from wmrl.core.scheduler import SchedulerConfig
@@ -79,7 +80,7 @@ def _run(corrector, rng, steps, sd, declare=None, n=16, size=8):
 
 
 def test_the_corrector_measures_noise_from_repeats_and_says_where_it_came_from():
-    cfg = CorrectorConfig(
+    cfg = groups_config(
         scheduler=SchedulerConfig(fraction=0.25, repeat_share=0.5), fusion=FusionConfig(min_repeats=16)
     )
     c = Corrector(cfg)
@@ -94,7 +95,7 @@ def test_the_corrector_measures_noise_from_repeats_and_says_where_it_came_from()
 
 
 def test_without_information_execution_is_assumed_deterministic_and_the_metrics_say_so():
-    out, *_ = _run(Corrector(), np.random.default_rng(0), steps=3, sd=0.1)
+    out, *_ = _run(Corrector(groups_config()), np.random.default_rng(0), steps=3, sd=0.1)
     assert out.metrics["wmrl/exec_noise_route"] == ROUTE_ASSUMED
     assert out.metrics["wmrl/exec_noise_var"] == 0.0
     assert out.metrics["wmrl/exec_noise_measured"] is None
@@ -102,7 +103,7 @@ def test_without_information_execution_is_assumed_deterministic_and_the_metrics_
 
 
 def test_a_declared_bernoulli_anchor_must_score_zero_or_one():
-    c = Corrector()
+    c = Corrector(groups_config())
     plan = c.plan(["a", "b"])
     real = np.where(plan.anchor[:, None], np.array([[0.0, 0.5], [1.0, 0.3]]), np.nan)
     with pytest.raises(ValueError, match="bernoulli"):
@@ -110,7 +111,7 @@ def test_a_declared_bernoulli_anchor_must_score_zero_or_one():
 
 
 def test_repeats_outside_the_plan_are_refused():
-    c = Corrector(CorrectorConfig(scheduler=SchedulerConfig(repeat_share=0.5)))
+    c = Corrector(groups_config(scheduler=SchedulerConfig(repeat_share=0.5)))
     plan = c.plan(["a", "b"], group_size=4)
     stray = np.where(plan.repeat, np.nan, 0.5)
     with pytest.raises(ValueError, match=r"plan\.repeat"):

@@ -10,7 +10,7 @@ import pytest
 from wmrl.core.config import ConfigError
 from wmrl.core.corrector import METRICS, Corrector, CorrectorConfig
 from wmrl.core.debias import DebiasConfig
-from wmrl.core.modes import Mode, resolve_corrector
+from wmrl.core.modes import Mode, apply_changes, resolve_corrector
 from wmrl.core.pipeline import CORRECTOR_FILE, COST_REPORT_KEYS, LEDGER_FILE, RewardPipeline
 from wmrl.core.rollouts import Exact, Group
 from wmrl.core.scheduler import SchedulerConfig
@@ -120,9 +120,10 @@ def test_real_mode_calls_the_world_model_only_for_diagnostics():
 
 def test_modes_are_presets_applied_in_one_place():
     base = CorrectorConfig()
-    assert resolve_corrector("wmrl", base, base) == base
+    # the memory left unset is the mode's: on in wmrl, off in real and world_model
+    assert resolve_corrector("wmrl", base, base) == apply_changes(base, {"memory.enabled": True})
     real = resolve_corrector("real", base, base)
-    assert real.scheduler.fraction == 1.0 and real.fusion.mode == "none"
+    assert real.scheduler.fraction == 1.0 and real.fusion.mode == "none" and real.memory.enabled is False
     wm_only = resolve_corrector("world_model", base, base)
     assert wm_only.scheduler.fraction == 0.0 and not wm_only.debias.enabled
     # the preset and CorrectorConfig.preset agree (one definition)
@@ -289,9 +290,24 @@ def test_per_rollout_anchors_execute_single_rollouts_after_the_world_model():
 
     config = CorrectorConfig(scheduler=SchedulerConfig(fraction=0.25, floor=0, rollout_share=1.0))
     pipe = RewardPipeline(
-        as_source(wm, "world_model", "wm"), as_source(real, "anchor", "real"), corrector=config
+        as_source(wm, "world_model", "wm"),
+        as_source(real, "anchor", "real"),
+        corrector=config,
+        stream_chunks=1,
     )
     out = pipe.step(_groups(np.random.default_rng(0), 0))
     executed = ~np.isnan(out.scores.real)
-    assert order[0] == "wm" and order[1] == executed.sum()
+    assert order == ["wm", executed.sum()]  # one chunk: the world model scores everything first
+    # In chunks, each chunk's executions start once its scores are in: the same plan and the same step.
+    order.clear()
+    streamed = RewardPipeline(
+        as_source(wm, "world_model", "wm"),
+        as_source(real, "anchor", "real"),
+        corrector=config,
+        stream_chunks=4,
+    ).step(_groups(np.random.default_rng(0), 0))
+    assert order.count("wm") == 4 and order[0] == "wm"
+    assert sum(x for x in order if x != "wm") == executed.sum()
+    np.testing.assert_array_equal(streamed.plan.execute, out.plan.execute)
+    np.testing.assert_array_equal(streamed.advantages, out.advantages)
     assert not out.anchor.any() and 0 < executed.sum() < executed.size  # single rollouts, no whole group

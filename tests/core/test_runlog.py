@@ -4,14 +4,15 @@ import json
 
 import numpy as np
 import pytest
+from group_design import groups_config
 
-from wmrl.core.corrector import Corrector, CorrectorConfig
+from wmrl.core.corrector import Corrector
 from wmrl.core.debias import DebiasConfig
 from wmrl.core.runlog import RunWriter, plot_run, read_metrics
 
 
 def test_writes_config_and_metrics_with_unknowns(tmp_path):
-    cfg = CorrectorConfig(seed=3)
+    cfg = groups_config(seed=3)
     with RunWriter(tmp_path, cfg) as run:
         run.log(0, {"a": 1.0, "b": None, "c": float("nan")})
     assert json.loads((tmp_path / "config.json").read_text())["seed"] == 3
@@ -22,7 +23,7 @@ def test_writes_config_and_metrics_with_unknowns(tmp_path):
 @pytest.mark.matplotlib
 def test_plots_and_tensorboard(tmp_path):
     pytest.importorskip("tensorboard")
-    c = Corrector(CorrectorConfig(debias=DebiasConfig(min_pairs=8)))
+    c = Corrector(groups_config(debias=DebiasConfig(min_pairs=8)))
     rng = np.random.default_rng(0)
     with RunWriter(tmp_path, c.config, report_to=["tensorboard"]) as run:
         for _ in range(10):

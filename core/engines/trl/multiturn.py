@@ -1,9 +1,10 @@
 """K-turn episodes on TRL (``rollout_func``): K attempts per rollout, each graded, each outcome the next observation.
 
-The anchor / world-model decision is made for each group from keys alone, before generation, so
-every turn of an anchor group is executed for real and every turn of a world-model group is graded
-by the world model (the world model also grades the anchor rows: the other half of their
-calibration pairs). Per turn:
+The anchor / world-model decision is made before the first turn is graded: for whole anchor groups
+from keys alone, before generation; for per-rollout anchors (the default) from the world model's
+scores of the first turn, which choose the trajectories to execute. A chosen trajectory is executed
+for real at every turn and every other one is graded by the world model at every turn (the world
+model also grades the executed rows: the other half of their calibration pairs). Per turn:
 
 * the policy generates a reply for every row from ``prompt + everything so far`` (one batched,
   left-padded ``generate``); the domain's item function turns it into what the sources grade;
@@ -68,7 +69,8 @@ class TurnContext:
 
     Attributes:
         rows: this rank's dataset rows, one per rollout.
-        anchor: ``(n,)`` bool, the rows of anchor groups.
+        anchor: ``(n,)`` bool, the rows executed for real at every turn (whole anchor groups, or the
+            trajectories per-rollout anchors chose); ``None`` until ``choose`` makes it.
         pipeline: the reward side (grades each turn, books the ledger).
         item_fn: ``(reply text, row) -> item``.
         episodes: the domain's episode factory.
@@ -85,7 +87,7 @@ class TurnContext:
     """
 
     rows: list[Mapping[str, Any]]
-    anchor: np.ndarray
+    anchor: np.ndarray | None
     pipeline: RewardPipeline
     item_fn: Callable[[str, Mapping[str, Any]], Any]
     episodes: EpisodeFactory
@@ -100,6 +102,9 @@ class TurnContext:
     sampling_logprobs: bool = False
     #: the grades of this rank's real executions (every turn), for the domain's ``real_metrics``
     real_grades: list[Any] = field(default_factory=list)
+    #: ``anchor`` unset: ``(first-turn world-model scores, (n,)) -> anchor rows``, the trajectories to
+    #: execute (per-rollout anchors read the world model's scores before choosing)
+    choose: Callable[[np.ndarray], np.ndarray] | None = None
 
 
 def feedback_suffix(
@@ -175,7 +180,16 @@ def multi_turn_rollout(ctx: TurnContext, prompts: list) -> dict[str, Any]:
         for i, text in enumerate(texts):
             episodes[i].add_reply(text)
             items.append(ctx.item_fn(text, ctx.rows[i]))
-        scores = ctx.pipeline.score(items, ctx.anchor)
+        if ctx.anchor is None:
+            # Per-rollout anchors: the world model grades the first turn, the plan chooses from its
+            # scores which trajectories are executed (at this turn and every later one).
+            if ctx.choose is None:
+                raise ValueError("TurnContext needs anchor rows or a choose callback")
+            scores = ctx.pipeline.score(items, anchor=False, need_feedback=True)
+            ctx.anchor = np.asarray(ctx.choose(scores.wm), dtype=bool)
+            scores.take_real(ctx.pipeline.score(items, ctx.anchor, world_model=False, need_feedback=True))
+        else:
+            scores = ctx.pipeline.score(items, ctx.anchor, need_feedback=True)
         ctx.seconds(scores.seconds)
         ctx.statuses.extend(scores.statuses)
         ctx.real_grades.extend(

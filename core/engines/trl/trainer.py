@@ -307,11 +307,10 @@ class WMRLGRPOTrainer(GRPOTrainer):
                 "turns > 1 needs an episode factory (episodes=...): how a reply and its outcome become the next turn"
             )
         sched = self.pipeline.corrector.config.scheduler
-        if self.pipeline.plans_after_scoring:
+        if sched.active_share > 0:
             raise ValueError(
-                "the active scheduler (scheduler.active_share > 0) and per-rollout anchors (scheduler.rollout_share "
-                "> 0) need world-model scores before choosing what to execute, but with K > 1 anchors must be "
-                "chosen before the rollout: set both to 0"
+                "the active scheduler (scheduler.active_share > 0) is not supported with K > 1: it chooses whole "
+                "groups by their world-model scores, which exist only turn by turn; set it to 0"
             )
         if sched.repeat_share > 0:
             raise ValueError(
@@ -680,11 +679,25 @@ class WMRLGRPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ K-turn episodes
 
+    def _choose_trajectories(self, step: _Step, local_wm: np.ndarray) -> np.ndarray:
+        """K-turn with plans that read world-model scores: the plan from every rank's first-turn scores
+        (gathered, so every rank plans the same), this rank's executed rows back."""
+        column = torch.tensor(np.asarray(local_wm, dtype=np.float64), device=self.accelerator.device)
+        all_wm = self.accelerator.gather(column).cpu().numpy().reshape(-1, self.num_generations)
+        self._plan(step, all_wm)
+        return self.local_anchor_rows(step)
+
     def turn_context(self, step: _Step) -> TurnContext:
-        """Everything the K-turn rollout of this rank's rows needs (see :mod:`.multiturn`)."""
+        """Everything the K-turn rollout of this rank's rows needs (see :mod:`.multiturn`).
+
+        When the plan reads world-model scores (per-rollout anchors), ``anchor`` is ``None`` and
+        ``choose`` makes it from the first turn's scores: the chosen trajectories are executed at
+        every turn."""
+        planned = step.plan is not None
         return TurnContext(
             rows=step.inputs,
-            anchor=self.local_anchor_rows(step),
+            anchor=self.local_anchor_rows(step) if planned else None,
+            choose=None if planned else (lambda wm: self._choose_trajectories(step, wm)),
             pipeline=self.pipeline,
             item_fn=self.item_fn,
             episodes=self.episodes,
@@ -812,6 +825,7 @@ def _prompt_text(prompt: Any) -> str:
 def _rollout_entry(prompts: list, trainer: WMRLGRPOTrainer) -> dict[str, Any]:
     """TRL's ``rollout_func`` for K > 1 (TRL calls it with the trainer)."""
     step = trainer._wmrl_step
-    if step is None or step.plan is None or len(step.inputs) != len(prompts):
+    planned_late = step is not None and step.plan is None and trainer.pipeline.plans_after_scoring
+    if step is None or (step.plan is None and not planned_late) or len(step.inputs) != len(prompts):
         raise RuntimeError("the K-turn rollout runs inside WMRLGRPOTrainer's generation step only")
     return multi_turn_rollout(trainer.turn_context(step), prompts)
