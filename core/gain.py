@@ -1,4 +1,4 @@
-"""The world model's measured gain: how much of its within-group signal is the truth (``docs/method.md`` §2.6).
+"""The world model's measured gain: how much of its within-group signal is the truth (``docs/method.md`` §2.5).
 
 A GRPO group's gradient points along its standardised advantages. If the rewards ``y`` of a group
 correlate with the true expected rewards ``μ`` by ``ρ_g`` (within the group), the group's expected

@@ -95,7 +95,9 @@ def test_two_turn_rollout(tmp_path, design):
             temperature=1.0,
         ),
         train_dataset=Dataset.from_list(rows),
-        corrector=Corrector(CorrectorConfig.preset("wmrl_groups") if design == "groups" else CorrectorConfig()),
+        corrector=Corrector(
+            CorrectorConfig.preset("wmrl_groups") if design == "groups" else CorrectorConfig()
+        ),
         mode="wmrl",
         world_model=wm,
         anchor=anchor,
@@ -118,7 +120,9 @@ def test_two_turn_rollout(tmp_path, design):
     assert n == 4 and len(items) == 2 * n  # two turns of four rows
     anchor_rows = [i for i in range(n) if out["wmrl_real"][i] is not None]
     if design == "groups":
-        assert len(anchor_rows) == 2 and anchor_rows in ([0, 1], [2, 3]), "exactly one anchor group (the floor)"
+        assert len(anchor_rows) == 2 and anchor_rows in ([0, 1], [2, 3]), (
+            "exactly one anchor group (the floor)"
+        )
     else:
         # a quota of half of each group of 2: its better-scored trajectory after the first turn
         assert len(anchor_rows) == 2 and {i // 2 for i in anchor_rows} == {0, 1}

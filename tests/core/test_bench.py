@@ -92,3 +92,48 @@ def test_declared_noise_follows_the_problem():
     assert replace(SMALL, exec_noise="bernoulli").declared_noise() == NoiseModel.bernoulli()
     assert replace(SMALL, exec_noise="flaky").declared_noise() is None  # nobody knows their flakiness
     assert replace(SMALL, declare_noise=False).declared_noise() is None
+
+
+# -- equal cost (issue 32) ---------------------------------------------------------------------------
+def test_reward_at_a_cost_is_the_reward_after_the_last_step_within_it():
+    from wmrl.core.bench.equal_cost import cost_to, paired, reward_at
+
+    reward, cost = np.array([0.1, 0.5, 0.9]), np.array([0.0, 10.0, 20.0])
+    assert reward_at(reward, cost, 0.0) == 0.1
+    assert reward_at(reward, cost, 9.99) == 0.1 and reward_at(reward, cost, 10.0) == 0.5
+    assert reward_at(reward, cost, 20.0) == 0.9
+    assert reward_at(reward, cost, 20.5) is None  # the run stopped before spending it: unknown
+    # the seed-mean curve: (0.5 + 0.4)/2 at cost 10, (0.5 + 0.6)/2 at cost 15 -- it reaches 0.5 at 15
+    other = (np.array([0.0, 0.4, 0.6, 1.0]), np.array([0.0, 5.0, 15.0, 20.0]))
+    assert cost_to([reward, other[0]], [cost, other[1]], 0.5) == pytest.approx(15.0)
+    assert cost_to([reward, other[0]], [cost, other[1]], 0.99) is None
+    diff = paired([(reward, cost), other], [(reward - 0.1, cost), (other[0] - 0.3, other[1])], 15.0)
+    assert diff["mean"] == pytest.approx(0.2) and diff["n"] == 2
+
+
+def test_a_run_continues_to_a_cost_and_real_cache_executes_each_solution_once():
+    real = run_arm(SMALL, "real", seed=0)
+    budget = float(real.cost(SMALL)[-1])
+    cached = run_arm(SMALL, "real_cache", seed=0, until_cost=budget)
+    assert len(cached.true_reward) > SMALL.steps + 1 and cached.cost(SMALL)[-1] >= budget
+    # with exact recurrence, executions are bounded by the distinct solutions of the problem
+    assert cached.executions.sum() <= SMALL.n_tasks * SMALL.n_solutions
+    assert cached.cost(SMALL)[SMALL.steps] < budget / 2
+
+
+def test_variants_set_how_solutions_recur():
+    from wmrl.core.bench.simulation import _solution_keys
+
+    rng = np.random.default_rng(0)
+    tasks, picks = np.array([0, 1]), np.array([[3, 3, 4], [3, 3, 3]])
+    one = _solution_keys(replace(SMALL, variants=1), rng, 0, tasks, picks)
+    assert one[0][0] == one[0][1] != one[1][0]
+    none = _solution_keys(replace(SMALL, variants=0), rng, 0, tasks, picks)
+    assert len({k for row in none for k in row}) == 6  # nothing recurs
+    many = _solution_keys(replace(SMALL, variants=4), rng, 0, tasks, picks)
+    assert all(k.startswith(("0:3:", "0:4:", "1:3:")) for row in many for k in row)
+    # the world model is not asked about a known solution: fewer calls than rollouts once known
+    wmrl = run_arm(replace(SMALL, variants=1), "wmrl", seed=0)
+    assert wmrl.wm_calls[-1] < wmrl.rollouts[-1]
+    fresh = run_arm(replace(SMALL, variants=0), "wmrl", seed=0)
+    assert fresh.wm_calls.sum() == fresh.rollouts.sum()

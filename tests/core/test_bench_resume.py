@@ -19,11 +19,11 @@ def _counting_run_arm(monkeypatch, interrupt_at=None):
     """Patch the simulation the bench calls: count the runs, press Ctrl-C at run ``interrupt_at``."""
     calls = []
 
-    def run(cfg, arm, seed, keep_metrics=False):
+    def run(cfg, arm, seed, keep_metrics=False, until_cost=None):
         calls.append((arm, seed))
         if interrupt_at is not None and len(calls) == interrupt_at:
             raise KeyboardInterrupt  # what the default SIGINT handler raises mid-run
-        return run_arm(cfg, arm, seed, keep_metrics=keep_metrics)
+        return run_arm(cfg, arm, seed, keep_metrics=keep_metrics, until_cost=until_cost)
 
     monkeypatch.setattr(synthetic, "run_arm", run)
     return calls

@@ -194,3 +194,27 @@ def test_a_per_group_affine_world_model_gets_equal_weights_end_to_end():
         out = c.correct(plan, wm, np.where(plan.anchor[:, None], real, np.nan))
     assert out.metrics["wmrl/variance_ratio"] == pytest.approx(1.0, abs=1e-4)
     np.testing.assert_allclose(out.weights, 1.0, atol=1e-4)
+
+
+def test_a_streamed_plan_is_the_plan():
+    """Group by group as the world model's scores come in: the same executions as plan()."""
+    rng = np.random.default_rng(5)
+    for config in (CorrectorConfig(), groups_config(), CorrectorConfig.preset("real_cache")):
+        a, b = Corrector(config), Corrector(config)
+        for step in range(6):
+            wm = rng.random((6, 8))
+            keys = [[f"s{k}" for k in rng.integers(30, size=8)] for _ in range(6)]
+            group_keys = [f"{step}:{g}" for g in range(6)]
+            plan = a.plan(group_keys, None, wm, group_size=8, solution_keys=keys)
+            stream = b.plan_stream(group_keys, None, 8, keys)
+            for g in range(6):
+                stream.add(g, wm[g])
+            streamed = stream.finish()
+            np.testing.assert_array_equal(plan.execute, streamed.execute)
+            np.testing.assert_array_equal(plan.repeat, streamed.repeat)
+            real = np.where(plan.execute, rng.random((6, 8)), np.nan)
+            out_a = a.correct(plan, wm, real, solution_keys=keys)
+            out_b = b.correct(streamed, wm, real, solution_keys=keys)
+            np.testing.assert_array_equal(out_a.advantages, out_b.advantages)
+    with pytest.raises(ValueError, match="active_share"):
+        Corrector(groups_config(scheduler=SchedulerConfig(active_share=0.5))).plan_stream(["g"], None, 2)

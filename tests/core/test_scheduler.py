@@ -142,3 +142,50 @@ def test_new_shares_are_validated(field):
     for bad in (-0.1, 1.5, True):
         with pytest.raises(ConfigError, match=field):
             SchedulerConfig(**{field: bad})
+
+
+# -- per-rollout anchors on the solutions not yet known (issue 32) -------------------------------------
+def test_a_group_executes_its_quota_of_top_ranked_unknown_solutions():
+    s = AnchorScheduler(SchedulerConfig(rollout_share=1.0, floor=0), seed=0)
+    wm = np.array([0.9, 0.8, 0.7, 0.1])
+    keys = np.array(["a", "b", "c", "d"], dtype=object)
+    known = np.array([True, False, False, False])  # "a" is known (its outcome 0.2 ranks it low)
+    values = np.array([0.2, np.nan, np.nan, np.nan])
+    chosen = s.select_group(0, "g", wm, 2.0, keys, known, values, wm)
+    np.testing.assert_array_equal(chosen, [False, True, True, False])
+    # known solutions are never chosen, and a solution taken by an earlier group is not taken again
+    covered = {"b"}
+    chosen = s.select_group(0, "g", wm, 2.0, keys, known, values, wm, covered)
+    np.testing.assert_array_equal(chosen, [False, False, True, True])
+    assert covered == {"b", "c", "d"}
+
+
+def test_rollout_depth_executes_nothing_when_the_best_solutions_are_known():
+    s = AnchorScheduler(SchedulerConfig(rollout_share=1.0, floor=0, rollout_depth=1), seed=0)
+    wm = np.array([0.5, 0.8, 0.7])
+    known = np.array([True, False, False])
+    chosen = s.select_group(0, "g", wm, 3.0, None, known, np.array([0.95, np.nan, np.nan]), wm)
+    assert not chosen.any()  # the known 0.95 ranks first: nothing above it to check
+    chosen = s.select_group(0, "g", wm, 3.0, None, known, np.array([0.1, np.nan, np.nan]), wm)
+    np.testing.assert_array_equal(chosen, [False, True, False])
+
+
+def test_the_reject_share_tests_a_solution_the_world_model_ranks_low():
+    s = AnchorScheduler(SchedulerConfig(rollout_share=1.0, floor=0, reject_share=0.5), seed=0)
+    wm = np.array([0.9, 0.8, 0.2, 0.1])
+    chosen = s.select_group(0, "g", wm, 2.0, None, None, None, wm)
+    assert chosen[0] and chosen.sum() == 2 and (chosen[2] or chosen[3])
+
+
+def test_the_quota_is_exact_in_expectation_and_deterministic():
+    s = AnchorScheduler(SchedulerConfig(rollout_share=1.0, floor=0), seed=3)
+    wm = np.linspace(0, 1, 8)
+    counts = [s.select_group(step, f"g{step}", wm, 2.5).sum() for step in range(2000)]
+    assert set(counts) == {2, 3} and abs(np.mean(counts) - 2.5) < 0.05
+    assert s.select_group(7, "g7", wm, 2.5).sum() == counts[7]
+
+
+def test_describe_says_what_is_executed():
+    rollouts = AnchorScheduler(SchedulerConfig(fraction=0.5, floor=0, rollout_share=1.0))
+    assert "up to 4 solutions" in rollouts.describe(2, 8)
+    assert "1 of the 2 groups" in AnchorScheduler(SchedulerConfig(fraction=0.5, floor=1)).describe(2, 8)
