@@ -184,6 +184,8 @@ def _train(
         run_dir = RunDirectory(
             Path(out), resume=args.resume, resume_from=args.resume_from, command=prog, **marker
         )
+        if run_dir.notice:
+            print(f"{prog}: {run_dir.notice}", file=sys.stderr)
         lines = load_object(run_path)(config, run_dir, progress=not args.no_progress)
     except Interrupted as err:
         print(f"{prog}: {err}", file=sys.stderr)

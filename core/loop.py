@@ -30,6 +30,7 @@ every rank's ledger. A domain declares it supports this with ``data_parallel = T
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -103,7 +104,8 @@ class LoopTrainer:
         domain: the policy and its environment.
         pipeline: the reward side (its mode must be the config's).
         config: the run's resolved config (shared keys: steps, logging, checkpoint...).
-        run_dir: the run directory (:class:`~wmrl.core.rundir.RunDirectory`: fresh, resumed or restarted).
+        run_dir: the run directory: a path (a new run there; refused if it already holds one) or a
+            :class:`~wmrl.core.rundir.RunDirectory` (``RunDirectory(path, resume=True)`` continues it).
         progress: a progress bar over steps, naming the phase of the step in progress.
         details: what the domain adds to ``cost_report.json`` under ``details`` (or a function that
             computes it when the report is written).
@@ -117,7 +119,7 @@ class LoopTrainer:
         domain: LoopDomain,
         pipeline: RewardPipeline,
         config: TrainConfigBase,
-        run_dir: RunDirectory,
+        run_dir: RunDirectory | str | os.PathLike,
         *,
         progress: bool = True,
         details: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
@@ -138,6 +140,8 @@ class LoopTrainer:
         self.domain = domain
         self.pipeline = pipeline
         self.config = config
+        if not isinstance(run_dir, RunDirectory):
+            run_dir = RunDirectory(Path(run_dir))
         self.run_dir = run_dir
         self.progress = progress
         self.details = details

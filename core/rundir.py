@@ -139,6 +139,8 @@ class RunDirectory:
     def __post_init__(self) -> None:
         self.path = Path(self.path)
         self.restarted = False
+        #: one line the command prints before the run: what --resume did when there was nothing to resume
+        self.notice: str | None = None
         self.created = not self.path.exists()
         self.checkpoint: Path | None = None
         if self.path.exists() and not self.path.is_dir():
@@ -154,8 +156,25 @@ class RunDirectory:
             self.checkpoint = folder
         elif self.resume:
             self.checkpoint = latest_checkpoint(self.path, self.marker)
+            incomplete = sorted(
+                p.name
+                for p in (self.path / CHECKPOINTS).glob("checkpoint-*")
+                if not (p / self.marker).is_file()
+            )
+            if self.checkpoint is None and incomplete:
+                # Checkpoints were written and are now unusable (a deleted file, a copy cut short):
+                # restarting would silently discard the run they belonged to.
+                raise RunDirError(
+                    f"--resume: {self.path} has no complete checkpoint ({', '.join(incomplete)} lack "
+                    f"{self.marker}); nothing to continue from. Move those folders away to restart the run "
+                    "from step 0, or choose another --out"
+                )
             if self.checkpoint is None:
                 self.restarted = holds_run
+                if holds_run:
+                    self.notice = f"{self.path} never wrote a checkpoint: restarting it from step 0 (its log is cleared)"
+                else:
+                    self.notice = f"{self.path} holds no run yet: starting one"
         elif holds_run:
             hint = (
                 "continue it with --resume"

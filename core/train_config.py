@@ -291,6 +291,13 @@ class TrainConfigBase(_ResumeRules):
                 baseline = from_dict(CorrectorConfig, to_dict(apply_changes(default, flatten(section))))
             except Exception:  # a broken section: the config's own validation reports it, by name
                 baseline = default
+            else:
+                # A file (or preset) that names a mode and a corrector setting that mode contradicts
+                # is refused as the command line would refuse it; only a mode given *over* the
+                # source (``--smoke mode=real``) may override the source's corrector settings.
+                own_mode = source.get("mode")
+                if own_mode is not None:
+                    resolve_corrector(own_mode, baseline, default)
         token = _BASELINE.set(baseline)
         try:
             yield

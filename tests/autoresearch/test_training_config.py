@@ -51,6 +51,14 @@ def test_overrides_and_the_mode_preset():
         load_config(TrainConfig, None, ["mode=real", "corrector.scheduler.fraction=0.25"])
     with pytest.raises(ConfigError, match="contradicts"):
         load_config(TrainConfig, None, ["mode=world_model", "corrector.fusion.mode=paper"])
+    # ...and the same from a config file that names both (it ran with fraction 1.0 before)
+    with pytest.raises(ConfigError, match="contradicts"):
+        load_config(TrainConfig, {"mode": "real", "corrector": {"scheduler": {"fraction": 0.25}}})
+    # a mode given over a file that names none still overrides the file's corrector settings
+    over = load_config(TrainConfig, {"corrector": {"scheduler": {"fraction": 0.25}}}, ["mode=real"])
+    assert over.corrector.scheduler.fraction == 1.0
+    # a run's own config.json resumes under its mode
+    assert load_config(TrainConfig, load_config(TrainConfig, None, ["mode=real"]).to_dict()).mode == "real"
     # the domain's own corrector defaults survive the preset
     assert c.corrector.debias.min_pairs == TrainConfig().corrector.debias.min_pairs == 8
 

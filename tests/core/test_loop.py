@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -214,3 +215,27 @@ def test_a_trainer_without_a_correction_names_its_own_checkpoint_marker(tmp_path
     with pytest.raises(RunDirError, match=r"has no trainer_state\.json"):
         RunDirectory(run, resume_from=run / "checkpoints" / "checkpoint-6", marker="trainer_state.json")
     assert RunDirectory(run, resume_from=done, marker="trainer_state.json").checkpoint == done
+
+
+def test_resume_never_silently_discards_a_run_whose_checkpoints_are_unusable(tmp_path):
+    run = tmp_path / "run"
+    broken = run / "checkpoints" / "checkpoint-3"
+    broken.mkdir(parents=True)  # its wmrl_corrector.json was deleted (or never finished writing)
+    (run / "metrics.jsonl").write_text('{"step": 0}\n{"step": 1}\n{"step": 2}\n')
+    with pytest.raises(RunDirError, match=r"no complete checkpoint \(checkpoint-3 lack"):
+        RunDirectory(run, resume=True)
+    # a run that never wrote a checkpoint restarts, and says so in one line
+    shutil.rmtree(run / "checkpoints")
+    restarted = RunDirectory(run, resume=True)
+    assert restarted.restarted and "restarting it from step 0" in restarted.notice
+    assert RunDirectory(tmp_path / "new", resume=True).notice.endswith("starting one")
+
+
+def test_the_python_api_takes_a_run_folder_as_a_path(tmp_path):
+    config = ToyConfig(steps=1)
+    pipe = RewardPipeline(*_sources(), mode=config.mode, corrector=config.corrector)
+    trainer = LoopTrainer(ToyDomain(config), pipe, config, str(tmp_path / "run"), progress=False)
+    trainer.run()
+    assert (tmp_path / "run" / "metrics.jsonl").is_file()
+    with pytest.raises(RunDirError, match="already holds a run"):
+        LoopTrainer(ToyDomain(config), pipe, config, tmp_path / "run", progress=False)

@@ -2,8 +2,8 @@
 
 verl keeps a GRPO group as the rows that share a ``uid`` (one prompt, ``rollout.n`` responses).
 :func:`correct_rows` turns the rows of one training batch (their uid, the world model's score from
-the reward manager, the item both sources grade) into the corrector's step: plan the anchor groups
-from the uids alone, execute the anchor rows through the pipeline's anchor source (a Ray pool when
+the reward manager, the item both sources grade) into the corrector's step: plan the executions
+from the uids and the world model's scores, execute those rows through the pipeline's anchor source (a Ray pool when
 it is one), correct, and return one advantage per row (NaN = unknown: the row leaves the loss).
 
 The ``wmrl`` advantage estimator (:func:`compute_wmrl_advantage`, registered with verl's
@@ -36,7 +36,7 @@ class RowCorrection:
         advantages: ``(B,)`` the corrector's advantage per row (NaN: unknown; the row leaves the loss).
         rewards: ``(B,)`` the corrected reward per row (NaN: unknown).
         real: ``(B,)`` real-execution scores (NaN where not executed or unknown).
-        anchor_rows: ``(B,)`` bool, rows of anchor groups.
+        anchor_rows: ``(B,)`` bool, rows executed for real (anchor groups' rows and single executions).
         correction: the corrector's result on the ``(groups, G)`` matrices.
         step_key: ``<global step>``: the step this correction belongs to.
     """
@@ -97,18 +97,26 @@ def correct_rows(
         for i, g in enumerate(group_of):
             first.setdefault(int(g), str(tasks[i]))
         group_tasks = [first[g] for g in range(len(keys))]
-    plan = pipeline.plan([f"{k}@{step}" for k in keys], group_tasks)
-    anchor_rows = np.asarray(plan.anchor)[group_of]
-    scores = pipeline.score(list(items), anchor_rows, world_model=False)
-    real_flat = scores.real
 
-    def matrix(flat: Sequence[float]) -> np.ndarray:
-        out = np.full((len(keys), width), np.nan)
-        out[group_of, slot] = np.asarray(flat, dtype=np.float64)
+    def matrix(flat: Sequence[Any], dtype: Any = np.float64) -> np.ndarray:
+        out = np.full((len(keys), width), np.nan if dtype is np.float64 else None, dtype=dtype)
+        out[group_of, slot] = np.asarray(flat, dtype=dtype)
         return out
 
+    # Every row was scored by the world model already, so plans that read its scores (per-rollout
+    # anchors, the default) choose here; solutions the execution memory knows are not executed.
+    flat_keys = pipeline.keys_of(list(items))
+    solution_keys = None if flat_keys is None else matrix(flat_keys, object)
+    plan = pipeline.plan(
+        [f"{k}@{step}" for k in keys], group_tasks, matrix(wm), group_size=width, solution_keys=solution_keys
+    )
+    anchor_rows = np.asarray(plan.execute_mask(width))[group_of, slot]
+    scores = pipeline.score(list(items), anchor_rows, world_model=False)
+    real_flat = scores.real
     variance = None if wm_variance is None else matrix(wm_variance)
-    correction = pipeline.correct(plan, matrix(wm), matrix(real_flat), variance, rollouts=n)
+    correction = pipeline.correct(
+        plan, matrix(wm), matrix(real_flat), variance, rollouts=n, solution_keys=solution_keys
+    )
     return RowCorrection(
         uids=np.asarray([str(u) for u in uids], dtype=object),
         advantages=np.asarray(correction.advantages)[group_of, slot],
