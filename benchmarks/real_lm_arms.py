@@ -11,7 +11,8 @@ sample of the policy):
 * ``real_cache``: ``mode=real corrector.memory.enabled=true`` (a solution executed once is graded from
   the execution memory afterwards);
 * ``paper``: ``corrector_preset=paper`` (whole anchor groups at 10%, at least one a step; its fusion);
-* ``wmrl``: the default.
+* ``wmrl``: the default (the gain fusion);
+* ``wmrl_flat``: the default with every weight 1 (``corrector.fusion.mode=none``).
 
 Per run it records the wall time, real executions spent in training (``wmrl/executions`` summed),
 memory hits, the fusion's measurements (``wmrl/wm_gain`` and the random-effects parts), the executed
@@ -39,6 +40,7 @@ ARMS: dict[str, list[str]] = {
     "real_cache": ["mode=real", "corrector.memory.enabled=true"],
     "paper": ["corrector_preset=paper"],
     "wmrl": [],
+    "wmrl_flat": ["corrector.fusion.mode=none"],
 }
 TASK = "penguin-body-mass"
 

@@ -3,14 +3,17 @@
 A policy picks one of ``N_SOLUTIONS`` "programs" per task. Running a program for real (the
 expensive *anchor*) returns its true reward; a cheap *world model* guesses the reward with a
 distorted, noisy, sometimes badly wrong estimate, and sometimes cannot answer at all (``None``).
-WMRL trains with GRPO where most groups are graded by the world model and ~10% by real
-execution, and corrects the world model online:
+WMRL trains with GRPO where the world model grades what is not known and real execution the
+programs that matter, and corrects the world model online:
 
-    1. the scheduler picks anchor groups (outcome-blind, deterministic per step and group);
-    2. both sources grade; anchor groups yield (world model, real) pairs;
-    3. the isotonic debiaser maps world-model scores to expected real scores;
-    4. fusion weights anchor and world-model groups by the inverse of their error variance;
-    5. group advantages x weights x log-probabilities = the policy-gradient loss.
+    1. an execution memory grades every program that was executed before (no source is asked);
+    2. the world model grades the rest; in each group the best-ranked programs nobody executed
+       yet are executed for real (up to half the group), outcome-blind and deterministic;
+    3. the isotonic debiaser maps world-model scores to expected real scores, fitted on the
+       executed rollouts (which carry both);
+    4. group advantages over real and calibrated rewards (the world model's measured gain is
+       reported: ``wm_gain``);
+    5. advantages x log-probabilities = the policy-gradient loss.
 
 Run: ``python benchmarks/reference_loop.py [--steps 200] [--mode wmrl|real|world_model]``.
 It prints the true reward the policy reaches and what grading cost, like CleanRL scripts print
@@ -50,6 +53,11 @@ def make_problem(seed: int):
     fooled = (rng.random(true_reward.shape) < 0.15) & (outcome > 0)
     bias[fooled] += 0.7 - true_reward[fooled]
     return true_reward, bias
+
+
+def program(rollout: Rollout) -> str:
+    """What makes two rollouts the same solution (the execution memory's key): the task and program."""
+    return f"{rollout.task}:{rollout.solution}"
 
 
 class Rollout:
@@ -102,11 +110,18 @@ def main() -> None:
     # The reward side of every step: plans anchors, calls both sources, books costs, corrects.
     if args.mode in ("wmrl", "real", "world_model"):
         pipeline = RewardPipeline(
-            world_model, anchor, mode=args.mode, corrector=CorrectorConfig(seed=args.seed)
+            world_model,
+            anchor,
+            mode=args.mode,
+            corrector=CorrectorConfig(seed=args.seed),
+            solution_key=program,
         )
     else:  # an ablation preset of the corrector, run as the method
         pipeline = RewardPipeline(
-            world_model, anchor, corrector=CorrectorConfig.preset(args.mode, seed=args.seed)
+            world_model,
+            anchor,
+            corrector=CorrectorConfig.preset(args.mode, seed=args.seed),
+            solution_key=program,
         )
     ledger = pipeline.ledger
 
@@ -143,10 +158,11 @@ def main() -> None:
 
         if step % 20 == 0 or step == args.steps - 1:
             m = out.metrics
+            gain = m.get("wmrl/wm_gain")
             print(
-                f"step {step:4d}  true reward {true_value():.3f}  anchors {m['wmrl/anchor_fraction_realised']:.2f}  "
-                f"calibrated {int(m['wmrl/calibrated'])}  w_anchor {m['wmrl/weight_anchor'] or float('nan'):.2f}  "
-                f"w_wm {m['wmrl/weight_world_model'] or float('nan'):.2f}"
+                f"step {step:4d}  true reward {true_value():.3f}  executed {m['wmrl/execution_share_realised']:.2f}  "
+                f"from memory {m.get('memory/known_share') or 0.0:.2f}  calibrated {int(m['wmrl/calibrated'])}  "
+                f"wm_gain {'-' if gain is None else f'{gain:.2f}'}"
             )
 
     print(f"final true reward {true_value():.3f}")

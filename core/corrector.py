@@ -94,7 +94,7 @@ METRICS: dict[str, str] = {
     "wmrl/groups_skipped": "groups with fewer than min_graded known rewards (no advantages)",
     "wmrl/groups_degenerate": "contributing groups whose known rewards are all equal",
     "wmrl/fusion_bound": "1 when a bound, not the measurement, set this step's weights (max_ratio in mse/inverse_variance; a negative correlation or a clipped variance in gain)",
-    "wmrl/wm_gain": "rho: within-group correlation of a calibrated world-model call with the true reward (gain fusion; None before evidence)",
+    "wmrl/wm_gain": "rho: within-group correlation of a calibrated world-model call with the true reward (measured in every fusion mode but paper, applied by gain; None before evidence)",
     "wmrl/gain_route": "where rho came from: 0 no evidence yet, 1 residuals of executed rollouts (random-effects model), 2 whole anchor groups",
     "wmrl/wm_spread_var": "V_c: within-group variance of calibrated world-model scores (reward units²)",
     "wmrl/wm_slope": "beta: within-group slope of the real score on the calibrated world-model score (1: calibrated; 0: no relation)",
@@ -817,7 +817,8 @@ class Corrector:
                 n_groups=n,
             )
         )
-        if self.config.fusion.mode == "gain" and self.debiaser.calibrated:
+        if self.debiaser.calibrated and self.config.fusion.mode != "paper":
+            # measured (and reported) whatever the fusion: what the world model shares with the truth
             self.fusion.observe_gain(
                 self._gain_inputs(wm, real_mean, calibrated_pairs, exec_var, rows, cols, keys, task_of_item)
             )
@@ -977,8 +978,7 @@ class Corrector:
     def _gain_metrics(self) -> dict[str, float | None]:
         fusion, gain = self.fusion, self.fusion.gain
         out: dict[str, float | None] = {"wmrl/fusion_bound": float(fusion.bound_binds)}
-        if self.config.fusion.mode != "gain":
-            return out
+        bound = fusion.bound_binds  # reading the gain below may set it; it belongs to the weights
         out.update(
             {
                 "wmrl/wm_gain": fusion.wm_gain,
@@ -991,6 +991,7 @@ class Corrector:
                 "wmrl/wm_icc": gain.icc,
             }
         )
+        fusion.bound_binds = bound
         return out
 
     def _map_slope(self, x: np.ndarray, keys: np.ndarray) -> np.ndarray:
