@@ -40,7 +40,7 @@ ARMS: dict[str, list[str]] = {
     "real_cache": ["mode=real", "corrector.memory.enabled=true"],
     "paper": ["corrector_preset=paper"],
     "wmrl": [],
-    "wmrl_flat": ["corrector.fusion.mode=none"],
+    "wmrl_flat": ["corrector_preset=wmrl_flat"],
 }
 TASK = "penguin-body-mass"
 
