@@ -37,6 +37,7 @@ from wmrl.core.correction import METRICS, Correction
 from wmrl.core.debias import DebiasConfig, OnlineDebiaser
 from wmrl.core.execnoise import ExecutionNoise
 from wmrl.core.fusion import Fusion, FusionConfig, FusionInputs
+from wmrl.core.fusion_rules import WeightContext
 from wmrl.core.gain import GainInputs, within_sums
 from wmrl.core.memory import ExecutionMemory, MemoryConfig, MemoryLookup
 from wmrl.core.modes import MODE_PRESETS, Mode, apply_changes, resolve_memory
@@ -585,15 +586,15 @@ class Corrector:
         ga = group_advantages(rewards, None, self.config.advantages)
         known = ~np.isnan(rewards)
         is_real = (anchor[:, None] | real.used) & known
-        if wm_calls is not None:
-            # a weight per rollout: a real reward's gain beside the world model's, in one group
-            wm_calls = np.where(is_real | ~known, np.nan, wm_calls)
-            cell = self.fusion.cell_weights(is_real, wm_calls, ga.contributes, known)
-            weights = np.where(ga.contributes, cell.sum(axis=1) / np.maximum(known.sum(axis=1), 1), 0.0)
-            return rewards, calibrated, ga, weights, ga.advantages * cell
-        share = is_real.sum(axis=1) / np.maximum(known.sum(axis=1), 1)
-        weights = self.fusion.weights(anchor, ga.contributes, share)
-        return rewards, calibrated, ga, weights, ga.advantages * weights[:, None]
+        calls = np.where(is_real | ~known, np.nan, 1.0 if wm_calls is None else wm_calls)
+        cell = self.fusion.rollout_weights(WeightContext(anchor, ga.contributes, is_real, known, calls))
+        # a group's weight: the mean of its rollouts' (exactly the value a group rule gave them all)
+        live = known & ga.contributes[:, None]
+        high = np.where(live, cell, -np.inf).max(axis=1)
+        low = np.where(live, cell, np.inf).min(axis=1)
+        mean = cell.sum(axis=1) / np.maximum(live.sum(axis=1), 1)
+        weights = np.where(ga.contributes, np.where(high == low, high, mean), 0.0)
+        return rewards, calibrated, ga, weights, ga.advantages * cell
 
     def _remember(self, step: StepInputs) -> int:
         """Record every outcome executed this step in the memory (after it served as this step's lookup)."""
