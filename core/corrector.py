@@ -139,7 +139,7 @@ def _groups(c: CorrectorConfig) -> CorrectorConfig:
 
 
 PRESETS = {
-    "wmrl": lambda c: c,
+    "wmrl": lambda c: resolve_memory(Mode.WMRL, c),
     # The default before issue 32: whole anchor groups at 10%, the mse fusion with its horizon, no memory.
     "wmrl_groups": _groups,
     # The default's parts, each taken away (docs/benchmarks.md)
