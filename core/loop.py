@@ -43,7 +43,7 @@ import numpy as np
 
 from wmrl.core.completions import CompletionsTable, completion_rows, format_sample
 from wmrl.core.distributed import Processes, shard
-from wmrl.core.errors import Interrupted
+from wmrl.core.errors import Interrupted, UserError
 from wmrl.core.interrupt import GracefulStop
 from wmrl.core.ledger import CostLedger
 from wmrl.core.pipeline import RewardPipeline, StepResult
@@ -162,15 +162,28 @@ class LoopTrainer:
 
     # -- checkpoints ---------------------------------------------------------------------------
     def _restore(self, folder: Path) -> None:
-        state = json.loads((folder / TRAINER_FILE).read_text())
-        if state.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(
-                f"{folder} has checkpoint format {state.get('format')!r}, not {CHECKPOINT_FORMAT!r}"
-            )
-        self.config.check_resume(state["config"])
-        self.domain.load(folder)
-        self.pipeline.load(folder, rank=self.processes.rank, world=self.processes.world)
+        try:
+            state = json.loads((folder / TRAINER_FILE).read_text())
+            if state.get("format") != CHECKPOINT_FORMAT:
+                raise ValueError(
+                    f"{folder} has checkpoint format {state.get('format')!r}, not {CHECKPOINT_FORMAT!r}"
+                )
+            self.config.check_resume(state["config"])
+            self.domain.load(folder)
+            self.pipeline.load(folder, rank=self.processes.rank, world=self.processes.world)
+        except FileNotFoundError as err:
+            missing = err.filename or str(err)
+            raise UserError(
+                f"checkpoint {folder} is incomplete: {missing} is missing ({err.strerror or err}); resume from "
+                "another checkpoint with --resume-from, or start a new run"
+            ) from None
         self.step = int(state["step"])
+        if self.step >= self.config.steps and self.processes.is_main:
+            print(
+                f"[wmrl] {self.run_dir.path} already completed its {self.step} steps: nothing to train "
+                f"(raise steps=N above {self.step} to continue it)",
+                file=sys.stderr,
+            )
         if not self.processes.is_main:
             return
         # Steps logged after this checkpoint (a crash later) are redone: drop their lines.

@@ -695,7 +695,8 @@ class RewardPipeline:
         start from zero, so the run-wide sum stays right.
 
         Raises:
-            FileNotFoundError: the folder holds no correction state (it was not written by WMRL).
+            FileNotFoundError: the folder holds no correction state (it was not written by WMRL), or no
+                ledger (the costs spent before it would be lost from the cost report).
             ValueError: the saved corrector was configured differently from this run's.
         """
         folder = Path(folder)
@@ -713,16 +714,20 @@ class RewardPipeline:
             )
         self.corrector.load_state_dict(restored.state_dict())
         ledger_path = folder / LEDGER_FILE
-        if ledger_path.exists():
-            ranks = json.loads(ledger_path.read_text())["ranks"]
-            if len(ranks) == world:
-                own = dict(ranks[rank])
-            elif rank == 0:
-                own = CostLedger.merged(ranks).state_dict()
-            else:
-                own = CostLedger().state_dict()
-            own["accelerators"] = dict(self.ledger.accelerators)  # what this process holds now
-            self.ledger.load_state_dict(own)
+        if not ledger_path.exists():
+            # Without it, the resumed run's cost report would book only the steps after the checkpoint.
+            raise FileNotFoundError(
+                2, f"no {LEDGER_FILE}: the costs spent before this checkpoint are unknown", str(ledger_path)
+            )
+        ranks = json.loads(ledger_path.read_text())["ranks"]
+        if len(ranks) == world:
+            own = dict(ranks[rank])
+        elif rank == 0:
+            own = CostLedger.merged(ranks).state_dict()
+        else:
+            own = CostLedger().state_dict()
+        own["accelerators"] = dict(self.ledger.accelerators)  # what this process holds now
+        self.ledger.load_state_dict(own)
 
     # -- report -----------------------------------------------------------------------------------
     def cost_report(
