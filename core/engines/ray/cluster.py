@@ -30,8 +30,11 @@ from pathlib import Path
 
 __all__ = ["LocalCluster", "LocalNode"]
 
-#: Where a local cluster listens: every raylet, the GCS and the driver stay on this address.
-LOOPBACK = "127.0.0.1"
+#: Where a local cluster listens: every raylet, the GCS and the driver stay on this loopback address.
+#: Not 127.0.0.1: `ray start` (2.x, multi-node) replaces exactly "127.0.0.1"/"localhost" with the
+#: machine's network address (``ray._private.services.resolve_ip_for_localhost``); any other address
+#: of 127.0.0.0/8 is the loopback interface too and is kept as given.
+LOOPBACK = "127.0.0.2"
 
 _PORTS_PER_NODE = 7
 
