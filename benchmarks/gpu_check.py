@@ -274,12 +274,25 @@ def check_sandbox_gpu_slot(backend: str = "subprocess") -> dict[str, Any]:
         "warnings": r.warnings,
         "resources": r.resources.to_dict(),
     }
-    return {
+    out = {
         "backend": backend,
         "protections": protections,
         "with_slot": described(result),
         "without_slot": described(unslotted),
     }
+    _require_cuda_in_slot({"with_slot": out["with_slot"]})
+    return out
+
+
+def _require_cuda_in_slot(described: dict[str, Any]) -> None:
+    """A slot whose solution could not initialise CUDA is a failed check, not an ``ok`` with a note."""
+    failed = {
+        name: d
+        for name, d in described.items()
+        if d.get("status") != "valid" or not d.get("seen") or "no CUDA" in str(d.get("seen"))
+    }
+    if failed:
+        raise RuntimeError(f"CUDA did not initialise inside the sandbox GPU slot: {failed}")
 
 
 def check_sandbox_gpu_slot_ray() -> dict[str, Any]:
@@ -312,6 +325,7 @@ def check_sandbox_gpu_slot_ray() -> dict[str, Any]:
             }
     finally:
         ray.shutdown()
+    _require_cuda_in_slot(out)
     return out
 
 
