@@ -630,7 +630,9 @@ class Corrector:
                 "wmrl/exec_noise_measured": self.exec_noise.measured_var,
                 "wmrl/exec_repeats": real.repeats["repeats"],
                 "wmrl/exec_repeat_differs": real.repeats["differs"],
-                "wmrl/executions": float(execute.sum() + step.repeat.sum()),
+                # what was executed: the plan's executions less the solutions the memory already knew
+                # (a plan made before the keys existed lists them; the pipeline does not execute them)
+                "wmrl/executions": float((execute & ~real.lookup.known).sum() + step.repeat.sum()),
                 "wmrl/execution_share_realised": self._count_executions(executions_now, rollouts_now),
                 "wmrl/rollout_anchors": float((execute & ~anchor[:, None]).sum()),
                 "wmrl/weight_zero_groups": float(np.count_nonzero(ga.contributes & (weights == 0))),
