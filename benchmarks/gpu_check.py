@@ -252,8 +252,8 @@ def check_sandbox_gpu_slot(backend: str = "subprocess") -> dict[str, Any]:
     """The local pool with one GPU per slot, as ``wmrl train autoresearch sandbox.gpus=[0]`` builds it."""
     from wmrl.autoresearch.sandbox import Limits
     from wmrl.autoresearch.tasks.toy import TOY_SOLUTION, make_toy_task
+    from wmrl.autoresearch.training.builders import build_grader
     from wmrl.autoresearch.training.config import SandboxSection
-    from wmrl.autoresearch.training.run import build_grader
 
     task = make_toy_task(Path(tempfile.mkdtemp(prefix="wmrl-gpu-")))
     grader = build_grader(SandboxSection(backend=backend, gpus=(0,), workers=1, time_limit_s=120))

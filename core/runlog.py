@@ -263,20 +263,16 @@ def plot_run(run_dir: str | Path, debiaser: Any = None, reward_key: str | None =
         plt.close(fig)
         written.append(plots / name)
 
-    if any("wmrl/weight_anchor" in r or "wmrl/wm_gain" in r for r in rows):
-        line_plot(
-            "weights.png",
-            "Fusion, execution and memory",
-            [
-                ("wmrl/weight_anchor", "anchor group weight"),
-                ("wmrl/weight_world_model", "world-model group weight"),
-                ("wmrl/wm_gain", "world model's measured gain (rho)"),
-                ("wmrl/anchor_fraction_realised", "anchor groups (realised share)"),
-                ("wmrl/execution_share_realised", "executed rollouts (realised share)"),
-                ("memory/known_share", "graded from the memory"),
-            ],
-            bound_key="wmrl/fusion_bound",
-        )
+    fusion_curves = [
+        ("wmrl/weight_anchor", "anchor group weight"),
+        ("wmrl/weight_world_model", "world-model group weight"),
+        ("wmrl/wm_gain", "world model's measured gain (rho)"),
+        ("wmrl/anchor_fraction_realised", "anchor groups (realised share)"),
+        ("wmrl/execution_share_realised", "executed rollouts (realised share)"),
+        ("memory/known_share", "graded from the memory"),
+    ]
+    if any(key in r for r in rows for key, _ in fusion_curves):
+        line_plot("weights.png", "Fusion, execution and memory", fusion_curves, bound_key="wmrl/fusion_bound")
     keys = (
         [reward_key]
         if reward_key

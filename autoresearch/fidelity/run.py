@@ -44,8 +44,8 @@ def _agent_items(
     from wmrl.autoresearch.agent.actions import parse_action
     from wmrl.autoresearch.llm import SamplingConfig, TransformersBackend
     from wmrl.autoresearch.tasks import load_task
+    from wmrl.autoresearch.training.builders import AGENT_LIBRARIES
     from wmrl.autoresearch.training.data import TrainingTask, build_prompt_rows
-    from wmrl.autoresearch.training.run import AGENT_LIBRARIES
 
     tasks = [TrainingTask(ref, load_task(ref)) for ref in task_refs]
     rows = build_prompt_rows(
@@ -178,7 +178,7 @@ def run_fidelity(
     from wmrl.autoresearch.fidelity.report import plot_calibration
     from wmrl.autoresearch.llm import TransformersBackend, load_model
     from wmrl.autoresearch.tasks import load_task
-    from wmrl.autoresearch.training.run import AGENT_LIBRARIES
+    from wmrl.autoresearch.training.builders import AGENT_LIBRARIES
     from wmrl.autoresearch.worldmodel import WorldModel, WorldModelConfig
 
     if solutions not in ("corpus", "agent"):

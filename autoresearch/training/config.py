@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
 from wmrl.autoresearch.agent.episode import EpisodeConfig
-from wmrl.autoresearch.training.warm import WARM_SPECS
+from wmrl.autoresearch.training.warm_specs import WARM_SPECS
 from wmrl.autoresearch.worldmodel.model import WorldModelConfig
 from wmrl.core.config import require
 from wmrl.core.config import require_int as _positive_int

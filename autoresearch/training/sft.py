@@ -174,8 +174,8 @@ def sft_rows(corpus, tasks, config: WarmStartConfig, tokenizer) -> list[dict[str
     """
     from wmrl.autoresearch.agent.environment import SandboxEnvironment
     from wmrl.autoresearch.agent.overview import OverviewConfig, from_task
+    from wmrl.autoresearch.training.components import AGENT_LIBRARIES
     from wmrl.autoresearch.training.data import TrainingTask, build_prompt_rows
-    from wmrl.autoresearch.training.run import AGENT_LIBRARIES
     from wmrl.autoresearch.worldmodel.prompts import build_messages
 
     c = config.corpus
@@ -289,8 +289,8 @@ def run_sft(
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from wmrl.autoresearch.llm import load_model
+    from wmrl.autoresearch.training.components import build_grader, peft_config, resolve_device
     from wmrl.autoresearch.training.corpus import build_corpus
-    from wmrl.autoresearch.training.run import _device, _peft_config, build_grader
     from wmrl.core.engines.trl.callbacks import RunLogCallback
     from wmrl.core.rundir import STAGE_FILE, list_checkpoints, write_stage_marker
     from wmrl.core.runlog import RunWriter, plot_run, read_metrics
@@ -306,7 +306,7 @@ def run_sft(
     if run_dir.checkpoint is not None and (out / "config.json").is_file():
         config.check_resume(json.loads((out / "config.json").read_text()))
     tasks = _tasks(config)  # refuses held-out tasks before anything is written
-    device = _device(config)
+    device = resolve_device(config)
     reuse = _reusable_corpus(run_dir, config)  # before config.json is rewritten
     run_dir.open()
     writer = RunWriter(out, config)
@@ -383,7 +383,7 @@ def run_sft(
             args=_sft_args(config, out, device, steps_per_epoch),
             train_dataset=dataset,
             processing_class=policy.tokenizer,
-            peft_config=_peft_config(config, policy.model),
+            peft_config=peft_config(config, policy.model),
             callbacks=[run_log, _StageMarker()],
         )
         trainer.remove_callback(ProgressCallback)

@@ -25,10 +25,7 @@ from pathlib import Path
 
 __all__ = ["WARM_SPEC", "WARM_SPECS", "ensure_warm_start", "resolve_spec", "warm_start_dir"]
 
-#: The model spec of the embedded warm start (whole scripts).
-WARM_SPEC = "smollm2-warm"
-#: Every embedded warm start: its spec and the action its agent examples teach (``corpus.action``).
-WARM_SPECS = {WARM_SPEC: "script", "smollm2-warm-model": "model"}
+from wmrl.autoresearch.training.warm_specs import WARM_SPEC, WARM_SPECS
 
 
 def _action(spec: str) -> str:
