@@ -79,7 +79,7 @@ def _is_optional(tp: Any) -> tuple[bool, Any]:
     return False, tp
 
 
-def _coerce(value: Any, tp: Any, where: str) -> Any:
+def _coerce(value: Any, tp: Any, where: str) -> Any:  # noqa: C901 (the complexity ratchet: split it when it is next changed)
     optional, inner = _is_optional(tp)
     if value is None:
         if optional or tp is Any or type(None) in get_args(tp):
