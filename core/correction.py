@@ -10,6 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
+
+from wmrl.core.arrays import GroupMask, RewardMatrix, RolloutMask
 
 __all__ = ["METRICS", "Correction"]
 
@@ -89,14 +92,14 @@ class Correction:
             solution was executed at an earlier step).
     """
 
-    rewards: np.ndarray
-    advantages: np.ndarray
-    weights: np.ndarray
-    anchor: np.ndarray
+    rewards: RewardMatrix
+    advantages: RewardMatrix
+    weights: npt.NDArray[np.float64]
+    anchor: GroupMask
     metrics: dict[str, float | None]
-    calibrated: np.ndarray | None = None
-    executed: np.ndarray | None = None
-    from_memory: np.ndarray | None = None
+    calibrated: RewardMatrix | None = None
+    executed: RolloutMask | None = None
+    from_memory: RolloutMask | None = None
 
     def advantages_list(self, sizes: Sequence[int] | np.ndarray | None = None) -> list[list[float | None]]:
         """Advantages as ragged lists with ``None`` for masked rollouts (``sizes``: true group sizes)."""

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from wmrl.core.advantages import as_reward_matrix
+from wmrl.core.arrays import KeyMatrix, RewardMatrix, RolloutMask
 from wmrl.core.plan import Plan, solution_key_matrix, task_matrix
 from wmrl.core.sources import NoiseModel
 
@@ -23,7 +24,7 @@ __all__ = ["Scores", "StepInputs", "score_matrix"]
 Scores = np.ndarray | Sequence[Sequence[float | None]]
 
 
-def score_matrix(name: str, scores: Scores, shape: tuple[int, int] | None) -> np.ndarray:
+def score_matrix(name: str, scores: Scores, shape: tuple[int, int] | None) -> RewardMatrix:
     """``scores`` as a float ``(n_groups, G)`` array (NaN = unknown), checked against ``shape``."""
     matrix = as_reward_matrix(scores, name)
     if shape is not None and matrix.shape != shape:
@@ -87,15 +88,15 @@ class StepInputs:
     """
 
     plan: Plan
-    wm: np.ndarray
-    real: np.ndarray
-    second: np.ndarray | None
-    wm_variance: np.ndarray | None
-    declared: NoiseModel | np.ndarray | None
-    keys: np.ndarray | None
-    tasks: np.ndarray
-    execute: np.ndarray
-    repeat: np.ndarray
+    wm: RewardMatrix
+    real: RewardMatrix
+    second: RewardMatrix | None
+    wm_variance: RewardMatrix | None
+    declared: NoiseModel | RewardMatrix | None
+    keys: KeyMatrix | None
+    tasks: KeyMatrix
+    execute: RolloutMask
+    repeat: RolloutMask
 
     @property
     def shape(self) -> tuple[int, int]:
