@@ -163,6 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 2
+    from wmrl.core.log import configure_cli
+
+    configure_cli()  # one logging path: progress lines and warnings, to standard output
     try:
         result = handler(args)
     except BrokenPipeError:

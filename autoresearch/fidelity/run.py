@@ -25,6 +25,7 @@ from wmrl.autoresearch.fidelity.metrics import (
     status_confusion,
 )
 from wmrl.core.errors import UserError
+from wmrl.core.log import progress as progress_line
 
 __all__ = ["FidelityError", "FidelityItem", "run_fidelity"]
 
@@ -164,7 +165,7 @@ def run_fidelity(
     max_new_tokens: int = 384,
     overview_tokens: int = 400,
     worked_example: bool | None = None,
-    log=print,
+    log=progress_line,
     progress: bool = False,
 ) -> dict[str, Any]:
     """Grade the same solutions with the world model and the sandbox; write and return the report.

@@ -25,6 +25,7 @@ from wmrl.autoresearch.training.builders import (
 )
 from wmrl.autoresearch.training.config import TrainConfig
 from wmrl.autoresearch.training.plots import plot_learning
+from wmrl.core.log import progress as progress_line
 from wmrl.core.rundir import RunDirectory, checkpoint_step, list_checkpoints
 from wmrl.core.runlog import plot_run, read_metrics
 from wmrl.core.session import RunSession
@@ -58,7 +59,7 @@ def run_training(
     out_dir: str | os.PathLike | RunDirectory,
     *,
     resume: str | bool | None = None,
-    log=print,
+    log=progress_line,
     progress: bool = True,
 ) -> RunResult:
     """Train with ``config`` and write the run directory (see the module docstring).

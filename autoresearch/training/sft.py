@@ -35,6 +35,7 @@ from wmrl.autoresearch.training.config import ModelSection, SandboxSection
 from wmrl.core.config import require
 from wmrl.core.config import require_int as _int
 from wmrl.core.errors import Interrupted
+from wmrl.core.log import progress as progress_line
 from wmrl.core.rundir import RunDirectory
 from wmrl.core.train_config import LoraConfig, SupervisedConfigBase
 
@@ -271,7 +272,7 @@ def run_sft(  # noqa: C901 (the complexity ratchet: split it when it is next cha
     out_dir: str | os.PathLike | RunDirectory,
     *,
     resume: bool = False,
-    log=print,
+    log=progress_line,
     progress: bool = True,
 ) -> SFTResult:
     """Build the corpus, fine-tune with LoRA, merge, write the run directory (see the module docstring).
