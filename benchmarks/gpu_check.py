@@ -29,7 +29,7 @@ Needs: a CUDA GPU, this repository installed with its ``autoresearch`` extra (pl
 
     RAY_AUTH_MODE=disabled python benchmarks/gpu_check.py --out gpu_check.json --budget-s 480
 
-then copy the numbers into ``docs/benchmarks.md`` ("The GPU check"). On this workplace's lent GPU
+then copy the numbers into ``docs/benchmarks/gpu.md`` ("The GPU check"). On this workplace's lent GPU
 machine, which has no network, ``benchmarks/device/`` stages what it lacks and runs this.
 """
 

@@ -87,7 +87,7 @@ class CorrectorConfig:
     """Everything the corrector does, in one validated, serialisable object."""
 
     seed: int = 0
-    # The default, decided by measurement at equal cost (docs/method.md §6, docs/benchmarks.md): the
+    # The default, decided by measurement at equal cost (docs/method.md §6, docs/benchmarks/method.md): the
     # execution budget on single rollouts, a quota of half of each group, each group's top-ranked
     # solutions not yet known; no whole anchor groups; every outcome remembered; the gain fusion.
     scheduler: SchedulerConfig = field(
@@ -142,7 +142,7 @@ PRESETS = {
     "wmrl": lambda c: resolve_memory(Mode.WMRL, c),
     # The default before issue 32: whole anchor groups at 10%, the mse fusion with its horizon, no memory.
     "wmrl_groups": _groups,
-    # The default's parts, each taken away (docs/benchmarks.md)
+    # The default's parts, each taken away (docs/benchmarks/method.md)
     "wmrl_no_memory": lambda c: _with(c, memory={"enabled": False}),
     "wmrl_flat": lambda c: _with(c, fusion={"mode": "none"}),
     # The default before issue 11: errors in reward units, execution noise ignored, horizon H = 8.
@@ -151,7 +151,7 @@ PRESETS = {
     ),
     "wmrl_measured": lambda c: _with(_groups(c), fusion={"mode": "mse", "persistence": "measured"}),
     # The whole execution budget on single rollouts (each group's top-scored solution), no anchor
-    # groups: the arm that won on the benchmark's tuning seeds (docs/benchmarks.md).
+    # groups: the arm that won on the benchmark's tuning seeds (docs/benchmarks/method.md).
     "wmrl_rollout": lambda c: _with(_groups(c), scheduler={"rollout_share": 1.0, "floor": 0}),
     "wmrl_repeats": lambda c: _with(_groups(c), scheduler={"repeat_share": 0.25}),
     "wmrl_inverse_variance": lambda c: _with(_groups(c), fusion={"mode": "inverse_variance"}),

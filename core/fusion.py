@@ -29,7 +29,7 @@ Modes:
 * ``mse`` (default): ``V_a = q + N`` and, with ``persistence="horizon"`` (default),
   ``V_wm = q + F + H·(E - F)``: ``F`` the per-call noise the world model reports (fresh), the rest
   of ``E`` persistent and counted ``H = bias_horizon`` times. ``H`` is a constant justified by
-  measurement (``wmrl bench synthetic``, ``docs/benchmarks.md``): the measured design effect below
+  measurement (``wmrl bench synthetic``, ``docs/benchmarks/method.md``): the measured design effect below
   gives lower anchor weights than the benchmark's dynamics reward. With ``persistence="measured"``
   and solution keys, ``V_wm = q·κ_s + κ_e(1 + ψ)·E``: rollouts of one solution share a score
   gradient, so ``κ`` turn per-rollout sums into keyed (gradient-geometry) ones, and ``ψ`` is the
@@ -89,7 +89,7 @@ class FusionConfig:
         max_ratio: cap on ``V_wm / V_a`` and on its inverse (guards against a tiny estimate).
         bias_horizon: ``H``, the multiplier of persistent error in ``mse`` (``persistence="horizon"``,
             or ``measured`` without keys, and ``scale="reward"``), in steps: 16 chosen by the
-            benchmark (see ``docs/benchmarks.md``); the previous default was 8.
+            benchmark (see ``docs/benchmarks/method.md``); the previous default was 8.
         persistence_half_life_steps: the memory of the accumulated update over which the errors
             of repeated solutions add up (the kernel ``β^|Δt|`` of ``ψ``), in steps.
         min_keyed_rollouts: anchor pairs carrying a solution key needed before ``ψ`` is measured.

@@ -1,6 +1,6 @@
 """A simulated GRPO problem where the true reward is known and real execution is costly.
 
-The problem (documented for readers in ``docs/benchmarks.md``):
+The problem (documented for readers in ``docs/benchmarks/method.md``):
 
 * **Tasks and solutions.** ``n_tasks`` tasks, each with a discrete space of ``n_solutions``
   candidate solutions. The policy is a softmax over solutions per task (logits start at 0).
