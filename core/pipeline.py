@@ -50,6 +50,7 @@ from wmrl.core.sources import (
     collect_grades,
     declared_noise,
 )
+from wmrl.core.surrogate import learn_from
 
 __all__ = [
     "CORRECTOR_FILE",
@@ -520,6 +521,7 @@ class RewardPipeline:
             repeats=self._matrix(groups, scores.real_repeat, width),
             solution_keys=solution_keys,
         )
+        self.learn(items, scores.real)
         return StepResult(correction, plan, scores)
 
     def _can_stream(self) -> bool:
@@ -658,6 +660,8 @@ class RewardPipeline:
             repeats=matrix(scores.real_repeat),
             solution_keys=solution_keys,
         )
+        mine = np.asarray(scores.real)[mine_in_flat]  # each rank teaches its own source its own rollouts
+        self.learn(items, mine)
         return StepResult(correction, plan, scores, rows)
 
     @staticmethod
@@ -669,6 +673,18 @@ class RewardPipeline:
             out[i, : len(g.items)] = flat[cursor : cursor + len(g.items)]
             cursor += len(g.items)
         return out
+
+    def learn(self, items: Sequence[Any], real: Sequence[float] | np.ndarray) -> None:
+        """Hand the world-model source the real outcomes of the rollouts executed (``real``, NaN where
+        not executed or unknown), when it learns from them (an optional ``learn(items, values)``, as
+        :class:`~wmrl.core.surrogate.SurrogateSource` and :class:`~wmrl.core.surrogate.FusedWorldModel`
+        have)."""
+        if self.world_model is None or not callable(getattr(self.world_model, "learn", None)):
+            return
+        values = np.asarray(real, dtype=float)
+        done = [i for i in range(len(items)) if not np.isnan(values[i]) and not isinstance(items[i], Exact)]
+        if done:
+            learn_from(self.world_model, [items[i] for i in done], [float(values[i]) for i in done])
 
     # -- checkpoint -------------------------------------------------------------------------------
     def save(
