@@ -47,7 +47,7 @@ def rollout_costs(model: str = "smollm2") -> dict:
     from wmrl.autoresearch.grading import ExecutionGrader
     from wmrl.autoresearch.llm import TransformersBackend, load_model
     from wmrl.autoresearch.tasks import Solution, load_task
-    from wmrl.autoresearch.training.run import AGENT_LIBRARIES
+    from wmrl.autoresearch.training.builders import AGENT_LIBRARIES
     from wmrl.autoresearch.worldmodel import WorldModel, WorldModelConfig
 
     corpus = load_corpus()

@@ -16,7 +16,7 @@
    rollouts = 80 episodes of 520 policy steps (an upper bound: successful episodes stop early),
    12 sampled timesteps per episode (960 samples), 2 PPO epochs, KL to the reference (one more
    no-gradient pass), Robometer-4B on every episode at ``--robometer-episode-s`` seconds (default: the
-   FLOP-based estimate of the "Embodied models" section of docs/benchmarks.md, 32 s on this CPU).
+   FLOP-based estimate of the "Embodied models" section of docs/benchmarks/embodied.md, 32 s on this CPU).
    Rollout time = policy + simulator in series (on two cores the two cannot overlap much).
 
 Usage:

@@ -29,7 +29,7 @@ Needs: a CUDA GPU, this repository installed with its ``autoresearch`` extra (pl
 
     RAY_AUTH_MODE=disabled python benchmarks/gpu_check.py --out gpu_check.json --budget-s 480
 
-then copy the numbers into ``docs/benchmarks.md`` ("The GPU check"). On this workplace's lent GPU
+then copy the numbers into ``docs/benchmarks/gpu.md`` ("The GPU check"). On this workplace's lent GPU
 machine, which has no network, ``benchmarks/device/`` stages what it lacks and runs this.
 """
 
@@ -252,8 +252,8 @@ def check_sandbox_gpu_slot(backend: str = "subprocess") -> dict[str, Any]:
     """The local pool with one GPU per slot, as ``wmrl train autoresearch sandbox.gpus=[0]`` builds it."""
     from wmrl.autoresearch.sandbox import Limits
     from wmrl.autoresearch.tasks.toy import TOY_SOLUTION, make_toy_task
+    from wmrl.autoresearch.training.builders import build_grader
     from wmrl.autoresearch.training.config import SandboxSection
-    from wmrl.autoresearch.training.run import build_grader
 
     task = make_toy_task(Path(tempfile.mkdtemp(prefix="wmrl-gpu-")))
     grader = build_grader(SandboxSection(backend=backend, gpus=(0,), workers=1, time_limit_s=120))
@@ -274,12 +274,25 @@ def check_sandbox_gpu_slot(backend: str = "subprocess") -> dict[str, Any]:
         "warnings": r.warnings,
         "resources": r.resources.to_dict(),
     }
-    return {
+    out = {
         "backend": backend,
         "protections": protections,
         "with_slot": described(result),
         "without_slot": described(unslotted),
     }
+    _require_cuda_in_slot({"with_slot": out["with_slot"]})
+    return out
+
+
+def _require_cuda_in_slot(described: dict[str, Any]) -> None:
+    """A slot whose solution could not initialise CUDA is a failed check, not an ``ok`` with a note."""
+    failed = {
+        name: d
+        for name, d in described.items()
+        if d.get("status") != "valid" or not d.get("seen") or "no CUDA" in str(d.get("seen"))
+    }
+    if failed:
+        raise RuntimeError(f"CUDA did not initialise inside the sandbox GPU slot: {failed}")
 
 
 def check_sandbox_gpu_slot_ray() -> dict[str, Any]:
@@ -312,6 +325,7 @@ def check_sandbox_gpu_slot_ray() -> dict[str, Any]:
             }
     finally:
         ray.shutdown()
+    _require_cuda_in_slot(out)
     return out
 
 

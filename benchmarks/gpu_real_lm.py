@@ -346,7 +346,7 @@ def _eval_stages(plan: Plan, work: Path, name: str, model: str, held_out: bool |
     ]
 
 
-def run_real_lm(work: Path, budget_s: float, plan: Plan | None = None, log=print) -> dict[str, Any]:
+def run_real_lm(work: Path, budget_s: float, plan: Plan | None = None, log=print) -> dict[str, Any]:  # noqa: C901 (the complexity ratchet: split it when it is next changed)
     """The check (see the module docstring); ``budget_s`` wall seconds from now for all of it."""
     plan = plan or Plan()
     t0 = time.perf_counter()

@@ -50,6 +50,7 @@ def run(n: int, workers: tuple[int, ...], backend: str) -> dict:
     from wmrl.autoresearch.sandbox.ray_pool import make_ray_sandbox_pool
     from wmrl.autoresearch.tasks.toy import TOY_SOLUTION, make_toy_task
     from wmrl.core.engines.ray import LocalCluster, RayPoolConfig
+    from wmrl.core.engines.ray.cluster import LOOPBACK
 
     task = make_toy_task(Path(tempfile.mkdtemp(prefix="wmrl-bench-")))
     solutions = {"wait": WAIT, "cpu": TOY_SOLUTION}
@@ -59,7 +60,7 @@ def run(n: int, workers: tuple[int, ...], backend: str) -> dict:
     with LocalCluster(head_cpus=0, memory_mb=1024, object_store_mb=80) as cluster:
         for _ in range(max(workers)):
             cluster.add_node(cpus=1, resources={"sandbox": 1})
-        ray.init(address=cluster.address, log_to_driver=False)
+        ray.init(address=cluster.address, log_to_driver=False, _node_ip_address=LOOPBACK)
         cluster.wait_for_nodes(max(workers) + 1)
         setup_s = time.perf_counter() - started
         try:

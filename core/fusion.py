@@ -29,7 +29,7 @@ Modes:
 * ``mse`` (default): ``V_a = q + N`` and, with ``persistence="horizon"`` (default),
   ``V_wm = q + F + H·(E - F)``: ``F`` the per-call noise the world model reports (fresh), the rest
   of ``E`` persistent and counted ``H = bias_horizon`` times. ``H`` is a constant justified by
-  measurement (``wmrl bench synthetic``, ``docs/benchmarks.md``): the measured design effect below
+  measurement (``wmrl bench synthetic``, ``docs/benchmarks/method.md``): the measured design effect below
   gives lower anchor weights than the benchmark's dynamics reward. With ``persistence="measured"``
   and solution keys, ``V_wm = q·κ_s + κ_e(1 + ψ)·E``: rollouts of one solution share a score
   gradient, so ``κ`` turn per-rollout sums into keyed (gradient-geometry) ones, and ``ψ`` is the
@@ -59,6 +59,7 @@ import numpy as np
 
 from wmrl.core.advantages import AdvantageConfig
 from wmrl.core.config import require
+from wmrl.core.fusion_rules import WeightContext, fusion_rule
 from wmrl.core.gain import GainInputs, GainStats
 
 __all__ = ["Fusion", "FusionConfig", "FusionInputs", "group_disagreement"]
@@ -88,7 +89,7 @@ class FusionConfig:
         max_ratio: cap on ``V_wm / V_a`` and on its inverse (guards against a tiny estimate).
         bias_horizon: ``H``, the multiplier of persistent error in ``mse`` (``persistence="horizon"``,
             or ``measured`` without keys, and ``scale="reward"``), in steps: 16 chosen by the
-            benchmark (see ``docs/benchmarks.md``); the previous default was 8.
+            benchmark (see ``docs/benchmarks/method.md``); the previous default was 8.
         persistence_half_life_steps: the memory of the accumulated update over which the errors
             of repeated solutions add up (the kernel ``β^|Δt|`` of ``ψ``), in steps.
         min_keyed_rollouts: anchor pairs carrying a solution key needed before ``ψ`` is measured.
@@ -556,38 +557,37 @@ class Fusion:
         """``f``: the decayed share of groups that were anchors."""
         return self.stream_anchors / self.stream_groups if self.stream_groups > 0 else None
 
-    def _keyed(self) -> tuple[float, float, float, float] | None:
-        """``(κ_s, κ_e, κ_n, ψ)`` from solution keys, ``None`` without enough keyed evidence.
-
-        ``κ`` are the ratios of the keyed (gradient-geometry) sums to the per-rollout sums, net of
-        execution noise: they turn the per-rollout ``q``, ``E`` and ``N`` into what the gradient
-        sees. ``ψ = 2·A·(1 - f)/f / (Σ_k D_k² - noise)`` adds the error shared with other groups and
-        steps: across-group pairs are seen only between anchor groups, a share ``f`` of the groups a
-        world-model group pairs with.
-        """
-        f = self.anchor_share
-        if self.key_rollouts < self.config.min_keyed_rollouts or f is None or f <= 0:
-            return None
-        signal = self.key_signal - self.key_noise
-        signal_diag = self.key_signal_diag - self.key_noise_diag
-        error = self.key_error - self.key_noise
-        error_diag = self.key_error_diag - self.key_noise_diag
-        if signal <= 0 or signal_diag <= 0:
-            return None
-        k_s = signal / signal_diag
-        k_e = max(error, 0.0) / error_diag if error_diag > 0 else 1.0
-        k_n = self.key_noise / self.key_noise_diag if self.key_noise_diag > 0 else 1.0
-        psi = max(2.0 * self.key_across * (1.0 - f) / f / error, 0.0) if error > 0 else 0.0
-        return k_s, k_e, k_n, psi
-
     @property
     def persistence(self) -> float | None:
         """``ψ``: the world model's error shared with other groups and steps, per unit of a group's own.
 
         ``None`` without solution keys (persistence unmeasured).
         """
-        keyed = self._keyed() if self.config.scale == "advantage" else None
-        return None if keyed is None else keyed[3]
+        from wmrl.core.fusion_compare import keyed
+
+        measured = keyed(self) if self.config.scale == "advantage" else None
+        return None if measured is None else measured[3]
+
+    # -- the comparison estimators' numbers (wmrl.core.fusion_compare), reported every step --------
+    @property
+    def design_effect(self) -> float | None:
+        """The multiplier ``mse`` applies to ``E`` (``None`` before warm-up and in other modes)."""
+        from wmrl.core.fusion_compare import design_effect
+
+        return design_effect(self)
+
+    @property
+    def ratio(self) -> float:
+        """``V_wm / V_a`` of ``mse`` / ``inverse_variance`` (1 in other modes and before warm-up)."""
+        from wmrl.core.fusion_compare import variance_ratio
+
+        return variance_ratio(self)
+
+    def paper_weight(self) -> float:
+        """The ``paper`` heuristic's anchor weight (1 before warm-up)."""
+        from wmrl.core.fusion_compare import paper_weight
+
+        return paper_weight(self)
 
     @property
     def reward_disagreement(self) -> float | None:
@@ -603,53 +603,6 @@ class Fusion:
         if s is None or e is None or s <= 0:
             return None
         return e / s
-
-    def _variances(self) -> tuple[float, float, float] | None:
-        """``(V_a, V_wm, D)`` per rollout, or ``None`` while there is too little evidence (cached per step)."""
-        if self._cache is None:
-            self._cache = (self._compute_variances(),)
-        return self._cache[0]
-
-    def _compute_variances(self) -> tuple[float, float, float] | None:
-        cfg = self.config
-        if cfg.mode in ("none", "paper", "gain") or self.groups_measured < cfg.min_groups:
-            return None
-        q, e, n_a = self.signal_var, self.error_var, self.anchor_error_var
-        if q is None or e is None or n_a is None or q <= 0:
-            return None
-        if cfg.mode == "inverse_variance":
-            return q + n_a, q + e, 1.0
-        keyed = self._keyed() if cfg.scale == "advantage" and cfg.persistence == "measured" else None
-        if keyed is not None:
-            k_s, k_e, k_n, psi = keyed
-            d = k_e * (1.0 + psi) / k_s
-            return q + n_a * k_n / k_s, q + d * e, d
-        # Unmeasured persistence: what the source reports as per-call noise is fresh, the rest
-        # is counted bias_horizon times.
-        fresh = min(self.noise_var or 0.0, e)
-        excess = fresh + cfg.bias_horizon * (e - fresh)
-        return q + n_a, q + excess, (excess / e if e > 0 else 1.0)
-
-    @property
-    def design_effect(self) -> float | None:
-        """The multiplier applied to ``E`` (``1 + ψ``, or the fallback's), ``None`` before warm-up."""
-        v = self._variances()
-        return None if v is None else v[2]
-
-    @property
-    def ratio(self) -> float:
-        """``V_wm / V_a``: the anchor weight over the world-model weight (1 until enough evidence).
-
-        Clipped to ``[1/max_ratio, max_ratio]``: below 1 when the world model is the better stream
-        (execution noisier than the world model's error).
-        """
-        v = self._variances()
-        if v is None:
-            return 1.0
-        cap = self.config.max_ratio
-        raw = v[1] / v[0]
-        self.bound_binds = not (1.0 / cap < raw < cap)
-        return float(min(max(raw, 1.0 / cap), cap))
 
     # -- the gain estimator (mode "gain", core/gain.py) -----------------------------------------
     def observe_gain(self, inputs: GainInputs) -> None:
@@ -698,115 +651,24 @@ class Fusion:
     def gain_route(self) -> int:
         return self.wm_gain_sq(1.0)[1]
 
-    def _gain_weights(
-        self, contributes: np.ndarray, share: np.ndarray, wm_calls: np.ndarray | None
-    ) -> np.ndarray:
-        """``w_g ∝ ρ_g`` with ``ρ_g² = s·ρ_r² + (1 − s)·mean ρ_wm²`` over the group's world-model rollouts."""
-        calls = np.ones((share.size, 1)) if wm_calls is None else np.asarray(wm_calls, dtype=float)
-        sq, _ = self.wm_gain_sq(np.where(np.isnan(calls), 1.0, calls))
-        if sq is None:
-            return np.where(contributes, 1.0, 0.0)
-        sq = np.broadcast_to(np.asarray(sq, dtype=float), calls.shape)
-        scored = ~np.isnan(calls)
-        per_group = np.where(
-            scored.any(axis=1),
-            np.sum(np.where(scored, sq, 0.0), axis=1) / np.maximum(scored.sum(axis=1), 1),
-            0.0,
-        )
-        real = self.reliability if self.reliability is not None else 1.0
-        raw = np.sqrt(np.clip(share * real + (1.0 - share) * per_group, 0.0, 1.0))
-        raw = np.where(contributes, raw, 0.0)
-        total, live = raw.sum(), np.count_nonzero(raw > 0)
-        return raw * (live / total) if total > 0 else raw
-
-    def cell_weights(
-        self, is_real: np.ndarray, wm_calls: np.ndarray, contributes: np.ndarray, known: np.ndarray
-    ) -> np.ndarray:
-        """``gain`` per rollout: ``w_i ∝ ρ_i`` (``ρ_r`` for a real reward, ``ρ_wm`` of its calls for a
-        world-model one), mean 1 over the known rewards of contributing groups; shape ``(n_groups, G)``.
-
-        Under (A1) every rollout's term ``A_i ∇log π(y_i)`` is its own estimate of the gradient with
-        the same variance (unit-scale advantages) and gain ``ρ_i``: signal-to-noise-optimal weights are
-        proportional to the gains. Within a mixed group a real rollout keeps its full weight while the
-        world model's rollouts get theirs; before any evidence every weight is 1.
-        """
-        self.bound_binds = False
-        live = np.asarray(known, dtype=bool) & np.asarray(contributes, dtype=bool)[:, None]
-        calls = np.asarray(wm_calls, dtype=float)
-        sq, _ = self.wm_gain_sq(np.where(np.isnan(calls), 1.0, calls))
-        if sq is None:
-            return np.where(live, 1.0, 0.0)
-        real = self.reliability if self.reliability is not None else 1.0
-        gain_sq = np.where(np.asarray(is_real, dtype=bool), real, np.broadcast_to(sq, calls.shape))
-        raw = np.where(live, np.sqrt(np.clip(gain_sq, 0.0, 1.0)), 0.0)
-        total, count = raw.sum(), np.count_nonzero(raw > 0)
-        out = raw * (count / total) if total > 0 else raw
-        if not np.all(np.isfinite(out)):
-            raise FloatingPointError(f"fusion produced rollout weights {out.tolist()} (this is a bug)")
-        return out
-
-    def paper_weight(self) -> float:
-        cfg = self.config
-        if self.paper_gain is None or self.paper_ema is None:
-            return 1.0
-        return float(min(max(1.0 + self.paper_gain * self.paper_ema, 1.0), cfg.paper_max_weight))
-
     # -- weights -----------------------------------------------------------------------------
+    # -- weights -----------------------------------------------------------------------------
+    def rollout_weights(self, ctx: WeightContext) -> np.ndarray:
+        """``(n_groups, G)`` weights on the advantages, by the rule ``fusion.mode`` names
+        (:mod:`wmrl.core.fusion_rules`); 0 where a rollout carries no gradient."""
+        return fusion_rule(self.config.mode)(self, ctx)
+
     def weights(
-        self,
-        is_anchor: np.ndarray,
-        contributes: np.ndarray,
-        executed_share: np.ndarray | None = None,
-        wm_calls: np.ndarray | None = None,
+        self, is_anchor: np.ndarray, contributes: np.ndarray, executed_share: np.ndarray | None = None
     ) -> np.ndarray:
-        """Per-group loss weights, shape ``(n_groups,)``.
+        """Per-group weights ``(n_groups,)`` of the group rules (``mse``, ``inverse_variance``, ``paper``,
+        ``none``; see :func:`wmrl.core.fusion_compare.group_weights`). ``gain`` weights single
+        rollouts: use :meth:`rollout_weights`."""
+        if self.config.mode == "gain":
+            raise ValueError("fusion.mode=gain weights single rollouts: use Fusion.rollout_weights")
+        from wmrl.core.fusion_compare import group_weights
 
-        Args:
-            is_anchor: bool ``(n_groups,)``, the groups graded by real execution.
-            contributes: bool ``(n_groups,)``, the groups that produce advantages (>= 2 graded).
-            executed_share: optional ``(n_groups,)`` share in [0, 1] of each group's known rewards
-                that are real (1 for anchor groups, 0 for world-model groups, in between where single
-                rollouts were executed or known); defaults to ``is_anchor``.
-            wm_calls: ``gain`` only: ``(n_groups, G)`` the number of world-model calls behind each
-                world-model reward (duplicates of a solution in a step are averaged), NaN where the
-                reward is real or unknown; ``None``: one call each.
-
-        ``gain`` gives weight 0 to groups whose rewards carry no measured gain (a world model with
-        no within-group correlation with the truth); the mean over the other contributing groups is 1.
-
-        Normalised modes return weights whose mean over contributing groups is exactly 1;
-        non-contributing groups get weight 0 (they carry no gradient anyway).
-
-        Raises:
-            FloatingPointError: a weight came out non-finite or not positive (never applied).
-        """
-        is_anchor = np.asarray(is_anchor, dtype=bool)
-        contributes = np.asarray(contributes, dtype=bool)
-        share = is_anchor.astype(float) if executed_share is None else np.asarray(executed_share, dtype=float)
-        mode = self.config.mode
-        self.bound_binds = False
-        if mode == "gain":
-            out = self._gain_weights(contributes, share, wm_calls)
-            if not np.all(np.isfinite(out)) or (out < 0).any():
-                raise FloatingPointError(f"fusion produced group weights {out.tolist()} (this is a bug)")
-            return out
-        if mode == "paper":
-            w = np.where(is_anchor, self.paper_weight(), 1.0)
-            out = np.where(contributes, w, 0.0)
-        else:
-            ratio = self.ratio
-            # 1/V_g with V_g = s·V_a + (1 - s)·V_wm, in units of V_a: s + (1 - s)·ratio.
-            raw = np.where(contributes, 1.0 / (share + (1.0 - share) * ratio), 0.0)
-            total = raw.sum()
-            out = raw * (contributes.sum() / total) if total > 0 else raw
-        used = out[contributes]
-        if not (np.all(np.isfinite(used)) and np.all(used > 0)):
-            raise FloatingPointError(
-                f"fusion produced group weights {used.tolist()}: weights must be finite and > 0 "
-                "(this is a bug; the estimates were "
-                f"signal={self.signal_var}, error={self.error_var}, anchor error={self.anchor_error_var})"
-            )
-        return out
+        return group_weights(self, is_anchor, contributes, executed_share)
 
     # -- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -43,13 +43,14 @@ import numpy as np
 
 from wmrl.core.completions import CompletionsTable, completion_rows, format_sample
 from wmrl.core.distributed import Processes, shard
-from wmrl.core.errors import Interrupted
+from wmrl.core.errors import UserError
 from wmrl.core.interrupt import GracefulStop
 from wmrl.core.ledger import CostLedger
 from wmrl.core.pipeline import RewardPipeline, StepResult
 from wmrl.core.rollouts import Group
 from wmrl.core.rundir import CHECKPOINTS, RunDirectory, list_checkpoints
-from wmrl.core.runlog import RunWriter, plot_run, write_json_atomic
+from wmrl.core.runlog import plot_run, write_json_atomic
+from wmrl.core.session import RunSession
 from wmrl.core.train_config import TrainConfigBase
 
 __all__ = ["TRAINER_FILE", "LoopDomain", "LoopStep", "LoopTrainer"]
@@ -149,28 +150,42 @@ class LoopTrainer:
         self.step = 0
         self._bar = None
         main = self.processes.is_main
+        # the run's life around its steps: the folder, the writer, stops, wall time, the summary
+        self.session = RunSession(run_dir, config, main=main)
         self.processes.barrier()  # every rank has looked at the folder before the main one writes it
-        if main:
-            run_dir.open()
+        self.session.open_directory()
         if run_dir.checkpoint is not None:
             self._restore(run_dir.checkpoint)
         self.processes.barrier()
-        self.writer = RunWriter(run_dir.path, config, report_to=config.logging.report_to) if main else None
+        self.writer = self.session.open_writer(config.logging.report_to)
         self.completions = CompletionsTable(run_dir.path) if config.logging.completions and main else None
         self._started_at = self.step
         self._last_saved = self.step if run_dir.checkpoint is not None else None
 
     # -- checkpoints ---------------------------------------------------------------------------
     def _restore(self, folder: Path) -> None:
-        state = json.loads((folder / TRAINER_FILE).read_text())
-        if state.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(
-                f"{folder} has checkpoint format {state.get('format')!r}, not {CHECKPOINT_FORMAT!r}"
-            )
-        self.config.check_resume(state["config"])
-        self.domain.load(folder)
-        self.pipeline.load(folder, rank=self.processes.rank, world=self.processes.world)
+        try:
+            state = json.loads((folder / TRAINER_FILE).read_text())
+            if state.get("format") != CHECKPOINT_FORMAT:
+                raise ValueError(
+                    f"{folder} has checkpoint format {state.get('format')!r}, not {CHECKPOINT_FORMAT!r}"
+                )
+            self.config.check_resume(state["config"])
+            self.domain.load(folder)
+            self.pipeline.load(folder, rank=self.processes.rank, world=self.processes.world)
+        except FileNotFoundError as err:
+            missing = err.filename or str(err)
+            raise UserError(
+                f"checkpoint {folder} is incomplete: {missing} is missing ({err.strerror or err}); resume from "
+                "another checkpoint with --resume-from, or start a new run"
+            ) from None
         self.step = int(state["step"])
+        if self.step >= self.config.steps and self.processes.is_main:
+            print(
+                f"[wmrl] {self.run_dir.path} already completed its {self.step} steps: nothing to train "
+                f"(raise steps=N above {self.step} to continue it)",
+                file=sys.stderr,
+            )
         if not self.processes.is_main:
             return
         # Steps logged after this checkpoint (a crash later) are redone: drop their lines.
@@ -270,8 +285,7 @@ class LoopTrainer:
             self.save_checkpoint()
         metrics["time/checkpoint_s"] = time.perf_counter() - t_ckpt
         metrics["time/step_s"] = time.perf_counter() - t0
-        if self.writer is not None:
-            self.writer.log(self.step - 1, metrics)
+        self.writer.log(self.step - 1, metrics)
         return LoopStep(batch, result, metrics)
 
     def _write_completions(self, batch: list[Group], result: StepResult) -> None:
@@ -321,43 +335,31 @@ class LoopTrainer:
             dynamic_ncols=True,
         )
         try:
-            with GracefulStop() as stop:
-                try:
-                    while self.step < cfg.steps:
-                        out = self.train_step()
-                        self._bar.set_postfix(self._postfix(out.metrics), refresh=False)
-                        self._bar.update(1)
-                        if self._stop_requested(stop):
-                            break
-                except KeyboardInterrupt:  # the second Ctrl-C: stop now
-                    if self.step == self._started_at and self.processes.is_main and self.run_dir.abandon():
-                        raise Interrupted(
-                            "interrupted before the first step completed; nothing was kept"
-                        ) from None
-                    raise Interrupted(
-                        f"interrupted in step {self.step + 1}; the last checkpoint is kept"
-                        + (
-                            f" (step {self._last_saved}); continue with: {self.run_dir.resume_hint}"
-                            if self._last_saved
-                            else ""
-                        )
-                    ) from None
-                except BaseException:
-                    if self.step == self._started_at:
-                        self.close()
-                        if self.processes.is_main:
-                            self.run_dir.abandon()
-                    raise
+            with (
+                GracefulStop() as stop,
+                self.session.running(
+                    steps_done=lambda: self.step - self._started_at, last_saved=lambda: self._last_saved
+                ),
+            ):
+                while self.step < cfg.steps:
+                    out = self.train_step()
+                    self._bar.set_postfix(self._postfix(out.metrics), refresh=False)
+                    self._bar.update(1)
+                    if self._stop_requested(stop):
+                        break
                 if self._last_saved != self.step:
                     self.save_checkpoint()
-                if self._stop_requested(stop) and self.step < cfg.steps:
-                    self.finish()
-                    raise Interrupted(
-                        f"stopped after step {self.step}; checkpoint saved; continue with: {self.run_dir.resume_hint}"
-                    )
+                stopped = self._stop_requested(stop) and self.step < cfg.steps
         finally:
             self._bar.close()
             self._bar = None
+        if stopped:  # what the run spent so far, and its plots, before saying how to continue
+            report = self._report()
+            if self.processes.is_main:
+                self.writer.write_json("cost_report.json", report)
+                if cfg.logging.plots:
+                    plot_run(self.run_dir.path, self.pipeline.corrector.debiaser)
+            self.session.stopped(self.step)
         return self.finish()
 
     def _stop_requested(self, stop: GracefulStop) -> bool:
@@ -376,17 +378,14 @@ class LoopTrainer:
                 shown[name] = f"{metrics[key]:.3g}"
         return shown
 
-    def finish(self) -> dict[str, Any]:
-        """Write the plots and ``cost_report.json``; returns the cost report (every rank's costs; with
-        several processes every rank calls it, the main one writes)."""
+    def _report(self) -> dict[str, Any]:
+        """The run's cost report, every rank's costs (a collective: every rank calls it)."""
         processes = self.processes
         ledger = self.pipeline.ledger
         if processes.distributed:
             ledger = CostLedger.merged(processes.all_gather_object(ledger.state_dict()))
         details = None
         if processes.is_main:
-            if self.config.logging.plots:
-                plot_run(self.run_dir.path, self.pipeline.corrector.debiaser)
             details = self.details() if callable(self.details) else self.details
         details = processes.broadcast_object(details)
         report = self.pipeline.cost_report(
@@ -396,14 +395,23 @@ class LoopTrainer:
             device=self.device,
             details=details,
         )
-        if self.writer is not None:
-            self.writer.write_json("cost_report.json", report)
-        processes.barrier()
+        return report
+
+    def finish(self) -> dict[str, Any]:
+        """Write ``cost_report.json``, the plots and ``run_summary.json``; returns the cost report
+        (every rank's costs; with several processes every rank calls it, the main one writes)."""
+        report = self._report()
+        self.session.finish(
+            report,
+            steps=self.step,
+            plots=lambda: plot_run(self.run_dir.path, self.pipeline.corrector.debiaser),
+            summary={"processes": self.processes.world},
+        )
+        self.processes.barrier()
         return report
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        self.session.close()
 
 
 def _nanmean(values: np.ndarray) -> float | None:

@@ -50,6 +50,7 @@ from wmrl.core.sources import (
     collect_grades,
     declared_noise,
 )
+from wmrl.core.surrogate import learn_from
 
 __all__ = [
     "CORRECTOR_FILE",
@@ -520,6 +521,7 @@ class RewardPipeline:
             repeats=self._matrix(groups, scores.real_repeat, width),
             solution_keys=solution_keys,
         )
+        self.learn(items, scores.real)
         return StepResult(correction, plan, scores)
 
     def _can_stream(self) -> bool:
@@ -658,6 +660,8 @@ class RewardPipeline:
             repeats=matrix(scores.real_repeat),
             solution_keys=solution_keys,
         )
+        mine = np.asarray(scores.real)[mine_in_flat]  # each rank teaches its own source its own rollouts
+        self.learn(items, mine)
         return StepResult(correction, plan, scores, rows)
 
     @staticmethod
@@ -669,6 +673,18 @@ class RewardPipeline:
             out[i, : len(g.items)] = flat[cursor : cursor + len(g.items)]
             cursor += len(g.items)
         return out
+
+    def learn(self, items: Sequence[Any], real: Sequence[float] | np.ndarray) -> None:
+        """Hand the world-model source the real outcomes of the rollouts executed (``real``, NaN where
+        not executed or unknown), when it learns from them (an optional ``learn(items, values)``, as
+        :class:`~wmrl.core.surrogate.SurrogateSource` and :class:`~wmrl.core.surrogate.FusedWorldModel`
+        have)."""
+        if self.world_model is None or not callable(getattr(self.world_model, "learn", None)):
+            return
+        values = np.asarray(real, dtype=float)
+        done = [i for i in range(len(items)) if not np.isnan(values[i]) and not isinstance(items[i], Exact)]
+        if done:
+            learn_from(self.world_model, [items[i] for i in done], [float(values[i]) for i in done])
 
     # -- checkpoint -------------------------------------------------------------------------------
     def save(
@@ -695,7 +711,8 @@ class RewardPipeline:
         start from zero, so the run-wide sum stays right.
 
         Raises:
-            FileNotFoundError: the folder holds no correction state (it was not written by WMRL).
+            FileNotFoundError: the folder holds no correction state (it was not written by WMRL), or no
+                ledger (the costs spent before it would be lost from the cost report).
             ValueError: the saved corrector was configured differently from this run's.
         """
         folder = Path(folder)
@@ -713,16 +730,20 @@ class RewardPipeline:
             )
         self.corrector.load_state_dict(restored.state_dict())
         ledger_path = folder / LEDGER_FILE
-        if ledger_path.exists():
-            ranks = json.loads(ledger_path.read_text())["ranks"]
-            if len(ranks) == world:
-                own = dict(ranks[rank])
-            elif rank == 0:
-                own = CostLedger.merged(ranks).state_dict()
-            else:
-                own = CostLedger().state_dict()
-            own["accelerators"] = dict(self.ledger.accelerators)  # what this process holds now
-            self.ledger.load_state_dict(own)
+        if not ledger_path.exists():
+            # Without it, the resumed run's cost report would book only the steps after the checkpoint.
+            raise FileNotFoundError(
+                2, f"no {LEDGER_FILE}: the costs spent before this checkpoint are unknown", str(ledger_path)
+            )
+        ranks = json.loads(ledger_path.read_text())["ranks"]
+        if len(ranks) == world:
+            own = dict(ranks[rank])
+        elif rank == 0:
+            own = CostLedger.merged(ranks).state_dict()
+        else:
+            own = CostLedger().state_dict()
+        own["accelerators"] = dict(self.ledger.accelerators)  # what this process holds now
+        self.ledger.load_state_dict(own)
 
     # -- report -----------------------------------------------------------------------------------
     def cost_report(

@@ -172,13 +172,24 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     )
 
 
+#: Metric namespaces of the library itself; every other ``name/...`` key is a domain's own measure.
+_CORE_NAMESPACES = frozenset(
+    {"wmrl", "memory", "cost", "time", "pool", "anchor_status", "reward", "train", "profiling", "completions"}
+)
+
+
 def plot_run(run_dir: str | Path, debiaser: Any = None, reward_key: str | None = None) -> list[Path]:
     """Write the plots a person wants to look at; returns their paths.
 
     * ``calibration.png``: the anchor pairs (world model vs real) and the fitted isotonic map;
-    * ``weights.png``: anchor and world-model group weights and the anchor fraction over steps;
+    * ``weights.png``: group weights, the world model's measured gain, the realised execution and
+      memory shares over steps; steps where a bound decided the weights are shaded;
     * ``reward.png``: ``reward_key`` (or every ``reward/*`` key and every key ending in
-      ``reward``/``reward_mean``) over steps.
+      ``reward``/``reward_mean``) over steps;
+    * ``domain.png``: the domain's own measures (every ``name/...`` key outside the library's
+      namespaces: ``executed/position``, ``rollout/success_rate``...), up to 12.
+
+    Steps are 1-based, as the run prints them.
     """
     import matplotlib
 
@@ -212,13 +223,37 @@ def plot_run(run_dir: str | Path, debiaser: Any = None, reward_key: str | None =
         plt.close(fig)
         written.append(plots / "calibration.png")
 
-    def line_plot(name: str, title: str, curves: list[tuple[str, str]]) -> None:
-        """One PNG of metric curves over steps; ``curves`` = (metric key, legend label)."""
+    from matplotlib.ticker import MaxNLocator
+
+    def line_plot(name: str, title: str, curves: list[tuple[str, str]], bound_key: str | None = None) -> None:
+        """One PNG of metric curves over steps; ``curves`` = (metric key, legend label).
+
+        Steps are drawn 1-based, as the run prints them (``metrics.jsonl`` counts from 0), on integer
+        ticks. ``bound_key``: steps where that metric is 1 are shaded (a bound, not a measurement,
+        decided them).
+        """
         fig, ax = plt.subplots(figsize=(7, 4))
-        for key, label in curves:
-            points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+        for i, (key, label) in enumerate(curves):
+            points = [(r["step"] + 1, r[key]) for r in rows if isinstance(r.get(key), (int, float))]
             if points:
-                ax.plot([p[0] for p in points], [p[1] for p in points], label=label)
+                ax.plot(
+                    [p[0] for p in points],
+                    [p[1] for p in points],
+                    label=label,
+                    color=(plt.cm.tab10(i % 10) if len(curves) <= 10 else plt.cm.tab20(i % 20)),
+                    marker="." if len(points) < 30 else None,
+                )
+        if bound_key is not None:
+            bound = [r["step"] + 1 for r in rows if r.get(bound_key) == 1]
+            for j, step in enumerate(bound):
+                ax.axvspan(
+                    step - 0.5,
+                    step + 0.5,
+                    color="grey",
+                    alpha=0.2,
+                    label="a bound set the weights" if j == 0 else None,
+                )
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("step")
         ax.set_title(title)
         ax.legend(fontsize=8)
@@ -228,16 +263,16 @@ def plot_run(run_dir: str | Path, debiaser: Any = None, reward_key: str | None =
         plt.close(fig)
         written.append(plots / name)
 
-    if any("wmrl/weight_anchor" in r for r in rows):
-        line_plot(
-            "weights.png",
-            "Fusion weights and anchor fraction",
-            [
-                ("wmrl/weight_anchor", "anchor group weight"),
-                ("wmrl/weight_world_model", "world-model group weight"),
-                ("wmrl/anchor_fraction_realised", "anchor fraction (realised)"),
-            ],
-        )
+    fusion_curves = [
+        ("wmrl/weight_anchor", "anchor group weight"),
+        ("wmrl/weight_world_model", "world-model group weight"),
+        ("wmrl/wm_gain", "world model's measured gain (rho)"),
+        ("wmrl/anchor_fraction_realised", "anchor groups (realised share)"),
+        ("wmrl/execution_share_realised", "executed rollouts (realised share)"),
+        ("memory/known_share", "graded from the memory"),
+    ]
+    if any(key in r for r in rows for key, _ in fusion_curves):
+        line_plot("weights.png", "Fusion, execution and memory", fusion_curves, bound_key="wmrl/fusion_bound")
     keys = (
         [reward_key]
         if reward_key
@@ -247,4 +282,19 @@ def plot_run(run_dir: str | Path, debiaser: Any = None, reward_key: str | None =
     )
     if keys:
         line_plot("reward.png", "Reward", [(k, k) for k in keys])
+    # The domain's own measures (what really happened: executed positions, success rates...).
+    own = sorted(
+        {
+            k
+            for r in rows
+            for k, v in r.items()
+            if "/" in k
+            and k.split("/")[0] not in _CORE_NAMESPACES
+            and k not in keys
+            and isinstance(v, (int, float))
+            and not isinstance(v, bool)
+        }
+    )
+    if own:
+        line_plot("domain.png", "The domain's own measures", [(k, k) for k in own[:12]])
     return written

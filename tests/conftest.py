@@ -152,13 +152,14 @@ def ray_cluster():
     import ray
 
     from wmrl.core.engines.ray import LocalCluster
+    from wmrl.core.engines.ray.cluster import LOOPBACK
 
     cluster = LocalCluster(head_cpus=0, memory_mb=1024, object_store_mb=80)
     try:
         cluster.add_node(cpus=1, resources={"sandbox": 1})
         cluster.add_node(cpus=1, resources={"sandbox": 1})
         cluster.add_node(cpus=2, gpus=2, resources={"gpu_node": 2})
-        ray.init(address=cluster.address, log_to_driver=False)
+        ray.init(address=cluster.address, log_to_driver=False, _node_ip_address=LOOPBACK)
         cluster.wait_for_nodes(4)
         yield cluster
     finally:

@@ -502,7 +502,7 @@ def _differences(saved: Any, current: Any, prefix: str = "") -> list[str]:
     return [] if saved == current else [prefix.rstrip(".")]
 
 
-def run_bench(
+def run_bench(  # noqa: C901 (the complexity ratchet: split it when it is next changed)
     settings: BenchSettings,
     out: str | Path,
     *,
@@ -628,12 +628,12 @@ def _eval_placement(train: Any) -> dict[str, Any]:
     ``sandbox.pool=ray`` it runs on this machine with the same backend and the local defaults of
     ``evaluate_policy`` for concurrency and GPUs (the runs' ``workers`` is then the cluster's slot
     count, and their GPUs are the Ray slots')."""
-    from wmrl.autoresearch.training.run import _device
+    from wmrl.autoresearch.training.builders import resolve_device
 
     box = train.sandbox
     local = box.pool == "local"
     return {
-        "device": _device(train),
+        "device": resolve_device(train),
         "backend": box.backend,
         "memory_limit_mb": box.memory_limit_mb,
         **(

@@ -36,7 +36,7 @@ __all__ = [
 
 #: One pass over the pairs (about 10 s a pair on 2 CPU cores for SmolLM2-135M): the warm start's
 #: three passes were sized for 60 agent examples, and a world model tuned longer on a few dozen
-#: pairs learns their base rates (docs/benchmarks.md, the ``wm-fidelity`` section).
+#: pairs learns their base rates (docs/benchmarks/autoresearch.md, the ``wm-fidelity`` section).
 DEFAULT_TUNING: tuple[str, ...] = ("epochs=1",)
 
 #: The tuning's settings the bench derives itself (``--wm-tuning`` may not change them: the corpus

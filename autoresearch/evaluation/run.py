@@ -214,7 +214,7 @@ def _feedback_text(feedback: Any) -> dict[str, Any] | str | None:
     return dataclasses.asdict(feedback) if dataclasses.is_dataclass(feedback) else str(feedback)
 
 
-def evaluate_policy(
+def evaluate_policy(  # noqa: C901 (the complexity ratchet: split it when it is next changed)
     model: str | os.PathLike,
     *,
     tasks: str | Sequence[str] = "eval",
@@ -266,10 +266,10 @@ def evaluate_policy(
     from wmrl.autoresearch.grading import ExecutionRewardSource
     from wmrl.autoresearch.llm import SamplingConfig, TransformersBackend
     from wmrl.autoresearch.tasks.load import load_task
+    from wmrl.autoresearch.training.builders import AGENT_LIBRARIES, build_grader
     from wmrl.autoresearch.training.config import SandboxSection
     from wmrl.autoresearch.training.data import TrainingTask, build_prompt_rows
     from wmrl.autoresearch.training.episodes import episode_factory
-    from wmrl.autoresearch.training.run import AGENT_LIBRARIES, build_grader
     from wmrl.autoresearch.training.streams import solution_items
     from wmrl.core.rollouts import Exact
 

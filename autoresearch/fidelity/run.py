@@ -25,6 +25,7 @@ from wmrl.autoresearch.fidelity.metrics import (
     status_confusion,
 )
 from wmrl.core.errors import UserError
+from wmrl.core.log import progress as progress_line
 
 __all__ = ["FidelityError", "FidelityItem", "run_fidelity"]
 
@@ -44,8 +45,8 @@ def _agent_items(
     from wmrl.autoresearch.agent.actions import parse_action
     from wmrl.autoresearch.llm import SamplingConfig, TransformersBackend
     from wmrl.autoresearch.tasks import load_task
+    from wmrl.autoresearch.training.builders import AGENT_LIBRARIES
     from wmrl.autoresearch.training.data import TrainingTask, build_prompt_rows
-    from wmrl.autoresearch.training.run import AGENT_LIBRARIES
 
     tasks = [TrainingTask(ref, load_task(ref)) for ref in task_refs]
     rows = build_prompt_rows(
@@ -164,7 +165,7 @@ def run_fidelity(
     max_new_tokens: int = 384,
     overview_tokens: int = 400,
     worked_example: bool | None = None,
-    log=print,
+    log=progress_line,
     progress: bool = False,
 ) -> dict[str, Any]:
     """Grade the same solutions with the world model and the sandbox; write and return the report.
@@ -178,7 +179,7 @@ def run_fidelity(
     from wmrl.autoresearch.fidelity.report import plot_calibration
     from wmrl.autoresearch.llm import TransformersBackend, load_model
     from wmrl.autoresearch.tasks import load_task
-    from wmrl.autoresearch.training.run import AGENT_LIBRARIES
+    from wmrl.autoresearch.training.builders import AGENT_LIBRARIES
     from wmrl.autoresearch.worldmodel import WorldModel, WorldModelConfig
 
     if solutions not in ("corpus", "agent"):

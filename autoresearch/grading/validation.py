@@ -239,7 +239,7 @@ def _convert(values: np.ndarray, metric: Metric, column: str, ids: np.ndarray, i
     return numbers
 
 
-def validate_submission(path: str | os.PathLike | None, task: Task, answers=None) -> AlignedSubmission:
+def validate_submission(path: str | os.PathLike | None, task: Task, answers=None) -> AlignedSubmission:  # noqa: C901 (the complexity ratchet: split it when it is next changed)
     """Check the submission at ``path`` against ``task`` and align it with the answers.
 
     Args:

@@ -1,22 +1,18 @@
 """A client for OpenAI-compatible chat-completions servers (``vllm serve``, this package's server).
 
-Stdlib only (``urllib``). One HTTP request per prompt, ``n`` samples per request, requests sent
-concurrently (the server batches them: vLLM continuously, ours one at a time). An assistant prefix
-is sent the vLLM way: a final assistant message plus ``continue_final_message=true`` and
-``add_generation_prompt=false``.
+Over ``requests`` (one pooled session; urllib3's ``Retry`` does the retrying). One HTTP request per
+prompt, ``n`` samples per request, requests sent concurrently (the server batches them: vLLM
+continuously, ours one at a time). An assistant prefix is sent the vLLM way: a final assistant
+message plus ``continue_final_message=true`` and ``add_generation_prompt=false``.
 
-Failures: connection errors, timeouts, HTTP 429 and 5xx are retried with exponential backoff;
-other HTTP errors (a bad request, an unknown model) fail at once. After the last try a
+Failures: connection errors, read timeouts, HTTP 408, 429 and 5xx are retried with exponential
+backoff; other HTTP errors (a bad request, an unknown model) fail at once. After the last try a
 :class:`~wmrl.autoresearch.llm.backend.BackendError` is raised whose ``partial`` holds the prompts
 that did succeed.
 """
 
 from __future__ import annotations
 
-import json
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -29,14 +25,9 @@ from wmrl.autoresearch.llm.backend import (
     SamplingConfig,
     validate_conversations,
 )
+from wmrl.core.http import RETRYABLE_STATUS, retrying_session
 
 __all__ = ["OpenAIChatBackend"]
-
-_RETRYABLE_HTTP = {408, 429, 500, 502, 503, 504}
-
-
-class _Fatal(Exception):
-    """A reply that retrying cannot fix (4xx other than 408/429, a malformed body)."""
 
 
 class OpenAIChatBackend(BackendBase):
@@ -76,45 +67,33 @@ class OpenAIChatBackend(BackendBase):
         self.max_retries = max_retries
         self.concurrency = concurrency
         self.backoff_s = backoff_s
+        self._session = retrying_session(max_retries, backoff_s, concurrency)
         self.model = model or self.list_models()[0]
         self.model_id = self.model
 
-    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        data = json.dumps(body).encode() if body is not None else None
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(self.base_url + path, data=data, headers=headers, method=method)
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as reply:
-                payload = reply.read()
-        except urllib.error.HTTPError as err:
-            detail = err.read().decode(errors="replace")[:500]
-            if err.code in _RETRYABLE_HTTP:
-                raise ConnectionError(f"HTTP {err.code}: {detail}") from None
-            raise _Fatal(f"HTTP {err.code} from {self.base_url}{path}: {detail}") from None
-        try:
-            return json.loads(payload)
-        except json.JSONDecodeError:
-            raise _Fatal(
-                f"the server at {self.base_url}{path} replied with non-JSON: {payload[:200]!r}"
-            ) from None
-
     def _with_retries(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        delay = self.backoff_s
-        for attempt in range(self.max_retries + 1):
-            try:
-                return self._request(method, path, body)
-            except (ConnectionError, TimeoutError, urllib.error.URLError, OSError) as err:
-                if attempt == self.max_retries:
-                    raise BackendError(
-                        f"{method} {self.base_url}{path} failed after {attempt + 1} tries: {err}"
-                    ) from None
-                time.sleep(delay)
-                delay *= 2
-            except _Fatal as err:
-                raise BackendError(str(err)) from None
-        raise AssertionError("unreachable")
+        """One request (the session retries what retrying can fix); the reply's JSON.
+
+        Raises:
+            BackendError: the server could not be reached, or answered an error or non-JSON.
+        """
+        import requests
+
+        url = self.base_url + path
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        try:
+            reply = self._session.request(method, url, json=body, headers=headers, timeout=self.timeout_s)
+        except requests.RequestException as err:
+            raise BackendError(f"{method} {url} failed after {self.max_retries + 1} tries: {err}") from None
+        if reply.status_code >= 400:
+            tries = f" after {self.max_retries + 1} tries" if reply.status_code in RETRYABLE_STATUS else ""
+            raise BackendError(f"HTTP {reply.status_code} from {url}{tries}: {reply.text[:500]}")
+        try:
+            return reply.json()
+        except ValueError:
+            raise BackendError(
+                f"the server at {url} replied with non-JSON: {reply.content[:200]!r}"
+            ) from None
 
     def list_models(self) -> list[str]:
         """The model names the server serves (``GET /models``)."""

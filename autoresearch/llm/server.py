@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import socket
 import threading
 import time
 import uuid
@@ -126,6 +127,10 @@ class OpenAICompatServer:
         self._httpd = ThreadingHTTPServer((host, port), handler)
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
+        # open client connections (HTTP/1.1 keeps them alive): a stopped server closes them, as a
+        # killed one would, instead of answering on them after stop()
+        self._connections: set[Any] = set()
+        self._lock = threading.Lock()
 
     @property
     def url(self) -> str:
@@ -145,6 +150,11 @@ class OpenAICompatServer:
     def stop(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
+        with self._lock:
+            open_connections = list(self._connections)
+        for connection in open_connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
         if self._thread is not None:
             self._thread.join(timeout=10)
 
@@ -192,6 +202,16 @@ class OpenAICompatServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                with server._lock:
+                    server._connections.add(self.connection)
+
+            def finish(self) -> None:
+                with server._lock:
+                    server._connections.discard(self.connection)
+                super().finish()
 
             def log_message(self, format: str, *args: Any) -> None:  # quiet by default
                 pass

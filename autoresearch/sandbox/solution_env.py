@@ -39,6 +39,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wmrl.core.log import progress as progress_line
+
 __all__ = [
     "DATA_SUFFIXES",
     "FORBIDDEN_DISTRIBUTIONS",
@@ -292,7 +294,7 @@ def create(
     base_python: str = SYSTEM_PYTHON,
     pip_args: tuple[str, ...] = (),
     force: bool = False,
-    log=print,
+    log=progress_line,
 ) -> SolutionEnv:
     """Build the solution environment at ``path`` (default :func:`default_path`); idempotent.
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from wmrl.autoresearch.tasks.pool import Problem, describe_pool, fit_predict, make_pool
 from wmrl.autoresearch.tasks.suite import EVAL_TASKS, SUITE_DIR, TRAIN_TASKS
+from wmrl.core.log import progress as progress_line
 
 __all__ = ["SPECS", "SuiteSpec", "build_task", "main"]
 
@@ -717,7 +718,7 @@ access. Available libraries: numpy, pandas, scipy, scikit-learn.
 """
 
 
-def build_task(spec: SuiteSpec, out: Path, pool_size: int = 60, log=print) -> dict:
+def build_task(spec: SuiteSpec, out: Path, pool_size: int = 60, log=progress_line) -> dict:
     """Build one task folder under ``out`` and return its summary (pool spread, timings)."""
 
     started = time.perf_counter()

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
 from wmrl.autoresearch.agent.episode import EpisodeConfig
-from wmrl.autoresearch.training.warm import WARM_SPECS
+from wmrl.autoresearch.training.warm_specs import WARM_SPECS
 from wmrl.autoresearch.worldmodel.model import WorldModelConfig
 from wmrl.core.config import require
 from wmrl.core.config import require_int as _positive_int
@@ -216,7 +216,8 @@ class GRPOSection:
 
     max_completion_tokens: int | None = None
     # 0.7, as in evaluation: at 1.0 the 135M warm start invents library names (4 of 24 sampled
-    # training-task scripts ran, against 3 of 4 at 0.7 on the quickstart's tasks; docs/benchmarks.md)
+    # training-task scripts ran, against 3 of 4 at 0.7 on the quickstart's tasks;
+    # docs/benchmarks/autoresearch.md)
     temperature: float = 0.7
     top_p: float = 1.0
     beta: float = 0.0
@@ -282,7 +283,7 @@ class TrainConfig(TrainConfigBase):
     # rollouts of ~60 tokens (55-105 s a step on 2 free CPU cores), 1 group a step executed. A group
     # of 8 on one task gives GRPO's advantages and the executed valid rate something to measure;
     # adapters in the last 8 layers halve the update; 2e-3 moves the policy within those 8 updates
-    # (measured: the executed position rose from 0.68 to 0.95 by step 4; docs/benchmarks.md).
+    # (measured: the executed position rose from 0.68 to 0.95 by step 4; docs/benchmarks/autoresearch.md).
     steps: int = 8
     group_size: int = 8
     learning_rate: float = 2e-3

@@ -546,7 +546,7 @@ def _rendered(schema: TaskSchema, recipe: Recipe, action: str) -> tuple[str, str
     return render_script(schema, recipe), render_reply(schema, recipe)
 
 
-def build_corpus(
+def build_corpus(  # noqa: C901 (the complexity ratchet: split it when it is next changed)
     tasks: Sequence[tuple[str, Task]],
     *,
     agent_per_task: int = 4,

@@ -18,7 +18,7 @@ def trained_action_of(model: str | os.PathLike) -> tuple[str, str]:
     """What the policy was trained to write (``script`` or ``model``), and where that answer came from:
     an embedded warm start's own action, else the run's ``config.json`` next to (or above) the model
     folder (``tasks.action`` of a GRPO run, ``corpus.action`` of a warm start), else ``script``."""
-    from wmrl.autoresearch.training.warm import WARM_SPECS
+    from wmrl.autoresearch.training.warm_specs import WARM_SPECS
 
     if str(model) in WARM_SPECS:
         return WARM_SPECS[str(model)], str(model)

@@ -35,6 +35,7 @@ from wmrl.autoresearch.training.config import ModelSection, SandboxSection
 from wmrl.core.config import require
 from wmrl.core.config import require_int as _int
 from wmrl.core.errors import Interrupted
+from wmrl.core.log import progress as progress_line
 from wmrl.core.rundir import RunDirectory
 from wmrl.core.train_config import LoraConfig, SupervisedConfigBase
 
@@ -174,8 +175,8 @@ def sft_rows(corpus, tasks, config: WarmStartConfig, tokenizer) -> list[dict[str
     """
     from wmrl.autoresearch.agent.environment import SandboxEnvironment
     from wmrl.autoresearch.agent.overview import OverviewConfig, from_task
+    from wmrl.autoresearch.training.components import AGENT_LIBRARIES
     from wmrl.autoresearch.training.data import TrainingTask, build_prompt_rows
-    from wmrl.autoresearch.training.run import AGENT_LIBRARIES
     from wmrl.autoresearch.worldmodel.prompts import build_messages
 
     c = config.corpus
@@ -266,12 +267,12 @@ def _sft_args(config: WarmStartConfig, out: Path, device: str, steps_per_epoch: 
     )
 
 
-def run_sft(
+def run_sft(  # noqa: C901 (the complexity ratchet: split it when it is next changed)
     config: WarmStartConfig,
     out_dir: str | os.PathLike | RunDirectory,
     *,
     resume: bool = False,
-    log=print,
+    log=progress_line,
     progress: bool = True,
 ) -> SFTResult:
     """Build the corpus, fine-tune with LoRA, merge, write the run directory (see the module docstring).
@@ -289,8 +290,8 @@ def run_sft(
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from wmrl.autoresearch.llm import load_model
+    from wmrl.autoresearch.training.components import build_grader, peft_config, resolve_device
     from wmrl.autoresearch.training.corpus import build_corpus
-    from wmrl.autoresearch.training.run import _device, _peft_config, build_grader
     from wmrl.core.engines.trl.callbacks import RunLogCallback
     from wmrl.core.rundir import STAGE_FILE, list_checkpoints, write_stage_marker
     from wmrl.core.runlog import RunWriter, plot_run, read_metrics
@@ -306,7 +307,7 @@ def run_sft(
     if run_dir.checkpoint is not None and (out / "config.json").is_file():
         config.check_resume(json.loads((out / "config.json").read_text()))
     tasks = _tasks(config)  # refuses held-out tasks before anything is written
-    device = _device(config)
+    device = resolve_device(config)
     reuse = _reusable_corpus(run_dir, config)  # before config.json is rewritten
     run_dir.open()
     writer = RunWriter(out, config)
@@ -383,7 +384,7 @@ def run_sft(
             args=_sft_args(config, out, device, steps_per_epoch),
             train_dataset=dataset,
             processing_class=policy.tokenizer,
-            peft_config=_peft_config(config, policy.model),
+            peft_config=peft_config(config, policy.model),
             callbacks=[run_log, _StageMarker()],
         )
         trainer.remove_callback(ProgressCallback)

@@ -25,10 +25,8 @@ from pathlib import Path
 
 __all__ = ["WARM_SPEC", "WARM_SPECS", "ensure_warm_start", "resolve_spec", "warm_start_dir"]
 
-#: The model spec of the embedded warm start (whole scripts).
-WARM_SPEC = "smollm2-warm"
-#: Every embedded warm start: its spec and the action its agent examples teach (``corpus.action``).
-WARM_SPECS = {WARM_SPEC: "script", "smollm2-warm-model": "model"}
+from wmrl.autoresearch.training.warm_specs import WARM_SPEC, WARM_SPECS
+from wmrl.core.log import progress as progress_line
 
 
 def _action(spec: str) -> str:
@@ -75,7 +73,9 @@ def _done(folder: Path) -> bool:
     return (folder / "final" / "wmrl_policy.json").is_file() and (folder / "run_summary.json").is_file()
 
 
-def ensure_warm_start(log=print, progress: bool = True, rebuild: bool = False, spec: str = WARM_SPEC) -> Path:
+def ensure_warm_start(
+    log=progress_line, progress: bool = True, rebuild: bool = False, spec: str = WARM_SPEC
+) -> Path:
     """The warm-started policy folder of ``spec``, built first if it is not cached (see the module docstring)."""
     import fcntl
 
@@ -105,7 +105,7 @@ def ensure_warm_start(log=print, progress: bool = True, rebuild: bool = False, s
     return folder / "final"
 
 
-def resolve_spec(spec: str | os.PathLike, log=print, progress: bool = True) -> str:
+def resolve_spec(spec: str | os.PathLike, log=progress_line, progress: bool = True) -> str:
     """``spec`` itself, or the cached warm start's folder for one of :data:`WARM_SPECS` (built on first use)."""
     if str(spec) in WARM_SPECS:
         return str(ensure_warm_start(log=log, progress=progress, spec=str(spec)))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The lent GPU machine, first call: stage what this call carried and make WMRL runnable there.
 #
-# That machine (docs/benchmarks.md, "The GPU check") has its own Python with torch, transformers,
+# That machine (docs/benchmarks/gpu.md, "The GPU check") has its own Python with torch, transformers,
 # peft, accelerate, pandas and scikit-learn, no network, and takes at most 64 MiB per call, the
 # working tree included. So the carried folder .device/ (git-ignored; made by
 # benchmarks/device/pack.sh) holds what the image lacks, and the embedded model travels in two

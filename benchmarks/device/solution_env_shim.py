@@ -2,7 +2,7 @@
 
 ``python -m wmrl.autoresearch.sandbox.make_solution_env create`` pip-installs the pinned libraries of
 ``docs/sandbox.md`` into a fresh venv and prunes their data files. The lent GPU machine (see
-``docs/benchmarks.md``, "The GPU check") reaches no package index, and the pinned wheels do not fit
+``docs/benchmarks/gpu.md``, "The GPU check") reaches no package index, and the pinned wheels do not fit
 in what a call may carry. So this builds a venv on the system interpreter whose site-packages
 *links* every entry of the machine image's own site-packages (its numpy, pandas, scikit-learn,
 torch, ...) plus the folders given with ``--extra`` (lightgbm, carried as a wheel), leaving out the

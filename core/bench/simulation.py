@@ -1,6 +1,6 @@
 """A simulated GRPO problem where the true reward is known and real execution is costly.
 
-The problem (documented for readers in ``docs/benchmarks.md``):
+The problem (documented for readers in ``docs/benchmarks/method.md``):
 
 * **Tasks and solutions.** ``n_tasks`` tasks, each with a discrete space of ``n_solutions``
   candidate solutions. The policy is a softmax over solutions per task (logits start at 0).
@@ -49,7 +49,8 @@ import numpy as np
 from wmrl.core.config import require
 from wmrl.core.corrector import Corrector, CorrectorConfig
 from wmrl.core.modes import apply_changes
-from wmrl.core.sources import NoiseModel
+from wmrl.core.sources import NoiseModel, as_source
+from wmrl.core.surrogate import FusedWorldModel, NearestNeighbours, SurrogateSource
 
 __all__ = ["ARMS", "EXEC_NOISE", "ArmResult", "Landscape", "SimConfig", "run_arm"]
 
@@ -98,6 +99,10 @@ ARMS: dict[str, str | tuple[str, dict[str, Any]]] = {
             "fusion.mode": "gain",
         },
     ),
+    # beyond the paper (issue 32, part 6): a surrogate world model learned from the run's outcomes over
+    # features that put a solution's variants close together, fused with the world model by measured error
+    "wmrl_surrogate": "wmrl",
+    "wmrl_surrogate_reject": ("wmrl", {"scheduler.reject_share": 0.25}),
     "mem_top_flat": (
         "wmrl",
         {
@@ -121,6 +126,8 @@ def arm_config(arm: str, base: CorrectorConfig, seed: int) -> CorrectorConfig:
     return apply_changes(config, changes) if changes else config
 
 
+#: Arms whose world model is the surrogate fused with the simulated one (``SimConfig.feature_dim``).
+SURROGATE_ARMS = {"wmrl_surrogate", "wmrl_surrogate_reject"}
 # Arms that run their preset without the noise declaration the simulated anchor could give.
 _UNDECLARED = {"wmrl_undeclared", "wmrl_repeats"}
 
@@ -158,6 +165,10 @@ class SimConfig:
     # recurrence: each solution comes in ``variants`` textual variants that share its outcome (and
     # the world model's persistent error) but not its key; 0: every sampled solution is new
     variants: int = 1
+    # the features a surrogate world model reads: each solution's embedding in feature_dim dimensions,
+    # its variants scattered around it with sd variant_spread (surrogate arms only)
+    feature_dim: int = 8
+    variant_spread: float = 0.1
     # costs
     base_cost: float = 1.0
     wm_cost: float = 0.1
@@ -238,6 +249,10 @@ class Landscape:
         # Per-task distortion offsets (the per-task calibration has something to find).
         self.task_offset = rng.uniform(-0.08, 0.08, cfg.n_tasks)
         self.best = self.reward.max(axis=1)
+        # Each solution's embedding (what a text embedding of the code would be): drawn from a
+        # generator of its own so that the problem above is the same with or without it.
+        emb_rng = np.random.default_rng([seed, 0xE3B])
+        self.embedding = emb_rng.normal(0.0, 1.0, (cfg.n_tasks, cfg.n_solutions, cfg.feature_dim))
         self.cfg = cfg
 
     def distort(self, x: np.ndarray, tasks: np.ndarray, progress: float) -> np.ndarray:
@@ -290,6 +305,15 @@ class ArmResult:
         )
 
 
+class _Item:
+    """A simulated rollout as the surrogate sees it: the world model's score and the solution's features."""
+
+    __slots__ = ("features", "wm")
+
+    def __init__(self, wm: float, features: np.ndarray) -> None:
+        self.wm, self.features = float(wm), features
+
+
 def _solution_keys(
     cfg: SimConfig, rng: np.random.Generator, step: int, tasks: np.ndarray, picks: np.ndarray
 ) -> list[list[str]]:
@@ -324,6 +348,18 @@ def run_arm(
     rng = np.random.default_rng([seed, 0xA11, 7])
     variant_rng = np.random.default_rng([seed, 0x7A2])  # apart, so variants=1 draws as before
     corrector = Corrector(arm_config(arm, cfg.corrector, seed))
+    fused = None
+    feature_rng = np.random.default_rng([seed, 0xFEA7])
+    if arm in SURROGATE_ARMS:
+        fused = FusedWorldModel(
+            [
+                as_source(lambda items: [None if np.isnan(it.wm) else it.wm for it in items], "world_model"),
+                SurrogateSource(
+                    lambda it: it.features,
+                    NearestNeighbours(k=3, radius=4 * cfg.variant_spread * np.sqrt(cfg.feature_dim)),
+                ),
+            ]
+        )
     uses_wm = not arm.startswith("real")
     declared = None if arm in _UNDECLARED else cfg.declared_noise()
     with_keys = cfg.solution_keys
@@ -362,6 +398,16 @@ def run_arm(
         # What the execution memory knows is graded from it: the world model is not asked.
         known = corrector.known(solutions, wm.shape).known
         wm = np.where(known, np.nan, wm)
+        items = None
+        if fused is not None:  # the surrogate and the world model, fused by their measured errors
+            features = land.embedding[tasks[:, None], picks] + feature_rng.normal(
+                0.0, cfg.variant_spread, (*picks.shape, cfg.feature_dim)
+            )
+            items = [[_Item(wm[g, i], features[g, i]) for i in range(G)] for g in range(len(tasks))]
+            cells = [(g, i) for g in range(len(tasks)) for i in range(G) if not np.isnan(wm[g, i])]
+            scored = fused.score([items[g][i] for g, i in cells])
+            for (g, i), value in zip(cells, scored, strict=True):
+                wm[g, i] = np.nan if value is None else value
         plan = corrector.plan(keys, task_keys, wm, solution_keys=solutions)
         real = np.where(plan.execute, real_all, np.nan)
         again = None
@@ -370,6 +416,9 @@ def run_arm(
         out = corrector.correct(
             plan, wm, real, anchor_repeats=again, anchor_noise=declared, solution_keys=solutions
         )
+        if fused is not None:
+            done = [(g, i) for g in range(len(tasks)) for i in range(G) if not np.isnan(real[g, i])]
+            fused.learn([items[g][i] for g, i in done], [float(real[g, i]) for g, i in done])
         adv = np.nan_to_num(out.advantages, nan=0.0)
         # ∇ log π(k) = e_k − π ; mean over all rollouts of the batch (as a token-mean loss would).
         onehot = np.zeros((len(tasks), G, cfg.n_solutions))

@@ -331,14 +331,18 @@ def plot_curves(cfg: SimConfig, runs: dict[str, list[ArmResult]], path: Path) ->
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for arm, results in runs.items():
-        costs = np.mean([r.cost(cfg) for r in results], axis=0)
-        curves = np.array([r.true_reward for r in results])
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    styles = ("-", "--", ":", "-.")
+    for i, (arm, results) in enumerate(runs.items()):
+        # runs continued to real's cost have different lengths: the seed-mean over the common steps
+        k = min(len(r.true_reward) for r in results)
+        costs = np.mean([r.cost(cfg)[:k] for r in results], axis=0)
+        curves = np.array([r.true_reward[:k] for r in results])
         mean = curves.mean(axis=0)
-        half = np.array([ci95(curves[:, i]) for i in range(curves.shape[1])])
-        ax.plot(costs, mean, label=arm)
-        ax.fill_between(costs, mean - half, mean + half, alpha=0.15)
+        half = np.array([ci95(curves[:, j]) for j in range(curves.shape[1])])
+        color = plt.cm.tab10(i % 10) if len(runs) <= 10 else plt.cm.tab20(i % 20)
+        ax.plot(costs, mean, label=arm, color=color, ls=styles[(i // 10) % len(styles)])
+        ax.fill_between(costs, mean - half, mean + half, alpha=0.12, color=color)
     ax.set_xscale("log")
     ax.set_xlabel(
         f"cumulative cost (units; real execution = {cfg.exec_cost:g}, world model = {cfg.wm_cost:g}, generation+update = {cfg.base_cost:g})"

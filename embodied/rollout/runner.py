@@ -441,7 +441,7 @@ class RolloutRunner:
             self.close()
             raise
 
-    def _run(self, policies, batch_fn, specs, progress) -> list[EpisodeRecord]:
+    def _run(self, policies, batch_fn, specs, progress) -> list[EpisodeRecord]:  # noqa: C901 (the complexity ratchet: split it when it is next changed)
         n_slots = len(self._workers)
         pending = list(range(len(specs)))
         records: list[EpisodeRecord | None] = [None] * len(specs)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from wmrl.core.config import load_config, require
+from wmrl.core.corrector import CorrectorConfig
 from wmrl.core.engines.ray.config import RayPoolConfig
 from wmrl.core.modes import Mode
 from wmrl.core.train_config import CheckpointConfig, LoraConfig, TrainConfigBase
@@ -270,6 +271,13 @@ def _lora() -> LoraConfig:
     return LoraConfig(r=16, alpha=32, target_modules=_LORA_TARGETS)
 
 
+def _group_corrector() -> CorrectorConfig:
+    # Whole anchor groups (the design before issue 32): an episode has no solution key (its actions
+    # are continuous), so the execution memory has nothing to keep, and the per-rollout default was
+    # measured on keyed problems only; LIBERO keeps the group design until it is measured there.
+    return CorrectorConfig.preset("wmrl_groups")
+
+
 def _checkpoint() -> CheckpointConfig:
     return CheckpointConfig(every=20, keep=2)
 
@@ -293,6 +301,8 @@ class EmbodiedTrainConfig(TrainConfigBase):
         env: the simulator.
         ppo: the policy update.
         world_model: the Robometer source (``tiny``, ``local`` = a checkpoint folder, ``http`` = its server).
+        corrector: the correction; whole anchor groups by default (``wmrl_groups``: episodes have no
+            solution key, so the execution memory and per-rollout anchors are not the default here).
         world_model_in_real: also run Robometer in ``real`` mode (diagnostics only; it then costs its
             compute for nothing the update uses).
         torch_threads: torch intra-op threads (``null``: torch's default). On a small, shared CPU one
@@ -306,6 +316,7 @@ class EmbodiedTrainConfig(TrainConfigBase):
     groups_per_step: int = 10
     lora: LoraConfig = field(default_factory=_lora)
     checkpoint: CheckpointConfig = field(default_factory=_checkpoint)
+    corrector: CorrectorConfig = field(default_factory=_group_corrector)
     policy: PolicySpec = field(default_factory=PolicySpec)
     env: EnvSpec = field(default_factory=EnvSpec)
     ppo: PPOConfig = field(default_factory=PPOConfig)

@@ -1,4 +1,4 @@
-"""A client for Robometer's HTTP evaluation server (``robometer/evals/eval_server.py``), stdlib only.
+"""A client for Robometer's HTTP evaluation server (``robometer/evals/eval_server.py``), over ``requests``.
 
 Request (``POST {url}/evaluate_batch_npy``, ``multipart/form-data``), as Robometer's own client
 ``scripts/example_inference.py`` sends it:
@@ -32,18 +32,16 @@ from __future__ import annotations
 import io
 import json
 import math
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from wmrl.core.http import retrying_session
 from wmrl.embodied.worldmodel.backend import FramePredictions, Trajectory
 from wmrl.embodied.worldmodel.frames import check_frames
-from wmrl.embodied.worldmodel.multipart import FormPart, encode_multipart
 
-__all__ = ["RobometerHTTPClient", "build_request_parts", "parse_response"]
+__all__ = ["RobometerHTTPClient", "encode_request", "parse_response"]
 
 
 def _npy_bytes(array: np.ndarray) -> bytes:
@@ -52,9 +50,13 @@ def _npy_bytes(array: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def build_request_parts(trajectories: Sequence[Trajectory], use_frame_steps: bool = False) -> list[FormPart]:
-    """The multipart parts of one ``/evaluate_batch_npy`` request (see the module docstring)."""
-    fields, files = [], []
+def encode_request(trajectories: Sequence[Trajectory], use_frame_steps: bool = False) -> tuple[bytes, str]:
+    """The body and ``Content-Type`` of one ``/evaluate_batch_npy`` request (see the module docstring),
+    encoded by urllib3 as ``requests.post(data=..., files=...)`` encodes Robometer's own client's."""
+    from urllib3 import encode_multipart_formdata
+
+    fields: list[tuple[str, Any]] = []
+    files: list[tuple[str, Any]] = []
     for i, (frames, task) in enumerate(trajectories):
         key = f"sample_{i}_trajectory_frames"
         sample = {
@@ -68,10 +70,10 @@ def build_request_parts(trajectories: Sequence[Trajectory], use_frame_steps: boo
                 "video_embeddings": None,
             },
         }
-        fields.append(FormPart(f"sample_{i}", json.dumps(sample).encode("utf-8")))
-        files.append(FormPart(key, _npy_bytes(frames), f"{key}.npy", "application/octet-stream"))
-    fields.append(FormPart("use_frame_steps", b"true" if use_frame_steps else b"false"))
-    return fields + files
+        fields.append((f"sample_{i}", json.dumps(sample)))
+        files.append((key, (f"{key}.npy", _npy_bytes(frames), "application/octet-stream")))
+    fields.append(("use_frame_steps", "true" if use_frame_steps else "false"))
+    return encode_multipart_formdata(fields + files)
 
 
 def _curve(values: Any, what: str) -> np.ndarray:
@@ -141,13 +143,15 @@ class RobometerHTTPClient:
             raise ValueError(f"batch_size must be a positive integer; got {batch_size!r}")
         self.url = url.rstrip("/")
         self.timeout_s = float(timeout_s)
+        self._session = retrying_session(retries=2, backoff_s=0.5)
         self.use_frame_steps = bool(use_frame_steps)
         self.batch_size = batch_size
 
     def health(self) -> dict[str, Any]:
         """The server's ``GET /health`` reply (raises on failure)."""
-        with urllib.request.urlopen(self.url + "/health", timeout=self.timeout_s) as resp:
-            return json.loads(resp.read())
+        reply = self._session.get(self.url + "/health", timeout=self.timeout_s)
+        reply.raise_for_status()
+        return reply.json()
 
     def predict(self, trajectories: Sequence[Trajectory]) -> list[FramePredictions]:
         valid: list[tuple[int, Trajectory]] = []
@@ -168,18 +172,25 @@ class RobometerHTTPClient:
         return [s if s is not None else FramePredictions.failed("not scored") for s in slots]
 
     def _post(self, batch: Sequence[Trajectory]) -> list[FramePredictions]:
-        body, content_type = encode_multipart(build_request_parts(batch, self.use_frame_steps))
-        request = urllib.request.Request(
-            self.url + "/evaluate_batch_npy", data=body, method="POST", headers={"Content-Type": content_type}
-        )
+        import requests
+
+        body, content_type = encode_request(batch, self.use_frame_steps)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as resp:
-                payload = json.loads(resp.read())
-        except urllib.error.HTTPError as err:
-            detail = err.read()[:500].decode("utf-8", "replace")
-            return [FramePredictions.failed(f"server answered HTTP {err.code}: {detail}")] * len(batch)
-        except (urllib.error.URLError, TimeoutError, OSError) as err:
+            reply = self._session.post(
+                self.url + "/evaluate_batch_npy",
+                data=body,
+                headers={"Content-Type": content_type},
+                timeout=self.timeout_s,
+            )
+        except requests.RequestException as err:
             return [FramePredictions.failed(f"server unreachable at {self.url}: {err}")] * len(batch)
-        except json.JSONDecodeError as err:
+        if reply.status_code >= 400:
+            detail = reply.content[:500].decode("utf-8", "replace")
+            return [FramePredictions.failed(f"server answered HTTP {reply.status_code}: {detail}")] * len(
+                batch
+            )
+        try:
+            payload = reply.json()
+        except ValueError as err:
             return [FramePredictions.failed(f"server reply is not JSON: {err}")] * len(batch)
         return parse_response(payload, len(batch))

@@ -1,19 +1,13 @@
-"""``multipart/form-data`` bodies as Robometer's evaluation server exchanges them (stdlib only).
-
-The client side builds what ``requests.post(url, data=..., files=...)`` sends (form fields first,
-then the files); the server side parses with the standard library's MIME parser, so each side is
-checked against an implementation that is not its mirror image.
-"""
+"""``multipart/form-data`` bodies as Robometer's evaluation server reads them: the standard
+library's MIME parser (the client encodes with urllib3, as ``requests`` does)."""
 
 from __future__ import annotations
 
 import email.parser
 import email.policy
-import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["FormPart", "encode_multipart", "parse_multipart"]
+__all__ = ["FormPart", "parse_multipart"]
 
 
 @dataclass
@@ -24,28 +18,6 @@ class FormPart:
     data: bytes
     filename: str | None = None
     content_type: str | None = None
-
-
-def _quote(value: str) -> str:
-    if any(c in value for c in '"\r\n'):
-        raise ValueError(f"form names and file names must not contain quotes or line breaks; got {value!r}")
-    return value
-
-
-def encode_multipart(parts: Sequence[FormPart]) -> tuple[bytes, str]:
-    """The body and its ``Content-Type`` header value (with a random boundary)."""
-    boundary = uuid.uuid4().hex
-    chunks: list[bytes] = []
-    for part in parts:
-        disposition = f'form-data; name="{_quote(part.name)}"'
-        if part.filename is not None:
-            disposition += f'; filename="{_quote(part.filename)}"'
-        head = f"--{boundary}\r\nContent-Disposition: {disposition}\r\n"
-        if part.content_type is not None:
-            head += f"Content-Type: {part.content_type}\r\n"
-        chunks += [head.encode("utf-8"), b"\r\n", part.data, b"\r\n"]
-    chunks.append(f"--{boundary}--\r\n".encode())
-    return b"".join(chunks), f"multipart/form-data; boundary={boundary}"
 
 
 def parse_multipart(body: bytes, content_type: str) -> list[FormPart]:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The paper's 4B setting on verl with the WMRL plug-in (docs/scale-out.md walks through every line).
+# NOT YET RUN: no GPU cluster has been available; tests check its overrides against verl's config only.
 # Run on the head node of a Ray cluster whose GPU nodes train and whose sandbox nodes declare
 # {"sandbox": N}; the world-model servers (one `vllm serve` per GPU) are listed in WMRL_WM_ENDPOINTS.
 set -euo pipefail

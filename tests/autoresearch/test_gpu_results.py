@@ -1,4 +1,4 @@
-"""The GPU runs recorded in ``benchmarks/results/gpu-*/`` (quoted by ``docs/benchmarks.md``, "The GPU
+"""The GPU runs recorded in ``benchmarks/results/gpu-*/`` (quoted by ``docs/benchmarks/gpu.md``, "The GPU
 check") say what their raw files say: every step's executed valid rate is the share of valid scripts
 among that step's recorded executions, and every evaluation's valid rate is the share of valid
 trajectories in its ``trajectories.jsonl``, seed by seed."""

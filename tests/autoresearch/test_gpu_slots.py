@@ -87,9 +87,9 @@ def test_the_isolating_backend_receives_the_slot_device(tmp_path):
 def test_gpus_the_machine_lacks_are_refused_before_any_execution():
     """A config naming devices this machine does not expose (every index, on a CPU-only machine) is refused
     when the sandbox is built, with the devices it has, rather than turning every anchor into unknown."""
+    from wmrl.autoresearch.training.builders import SandboxUnavailable, build_grader
     from wmrl.autoresearch.training.config import SandboxSection
     from wmrl.autoresearch.training.devices import DeviceSlots, missing_gpus, visible_gpus
-    from wmrl.autoresearch.training.run import SandboxUnavailable, build_grader
 
     assert missing_gpus([0, 1, 2], visible={1}) == [0, 2] and missing_gpus([1], visible={0, 1}) == []
     absent = max(visible_gpus(), default=-1) + 1
@@ -132,8 +132,8 @@ def test_the_training_grader_runs_each_execution_on_its_slot(tmp_path, monkeypat
     a TypeError that only a GPU machine reached) and every execution sees its slot's device."""
     from wmrl.autoresearch.sandbox import Limits
     from wmrl.autoresearch.training import devices
+    from wmrl.autoresearch.training.builders import build_grader
     from wmrl.autoresearch.training.config import SandboxSection
-    from wmrl.autoresearch.training.run import build_grader
 
     monkeypatch.setattr(devices, "missing_gpus", lambda gpus, visible=None: [])
     grader = build_grader(SandboxSection(backend="subprocess", gpus=(0, 1), workers=2, cache=False))

@@ -249,8 +249,8 @@ def test_grpo_trains_on_real_execution_from_the_ray_pool(ray_cluster, tmp_path, 
 
 def test_the_training_config_builds_its_anchor_on_the_ray_pool(ray_cluster, task):
     from wmrl.autoresearch.sandbox.ray_pool import RaySandbox
+    from wmrl.autoresearch.training.builders import build_anchor, pool_metrics
     from wmrl.autoresearch.training.config import TrainConfig
-    from wmrl.autoresearch.training.run import _pool_metrics, build_anchor
     from wmrl.core.config import ConfigError, from_dict
 
     values = {
@@ -267,7 +267,7 @@ def test_the_training_config_builds_its_anchor_on_the_ray_pool(ray_cluster, task
     try:
         assert isinstance(pool.sandbox, RaySandbox) and pool.slots == 2
         assert anchor.grade([(task, TOY_SOLUTION)])[0].status == "valid"
-        assert _pool_metrics(anchor)()["pool/items_done"] == 1
+        assert pool_metrics(anchor)()["pool/items_done"] == 1
     finally:
         pool.sandbox.close()
         pool.close()

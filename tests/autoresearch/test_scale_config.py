@@ -16,9 +16,9 @@ def _config(**grpo):
 
 
 def test_vllm_and_gradient_checkpointing_reach_trls_config_on_a_gpu(tmp_path):
-    from wmrl.autoresearch.training.run import _grpo_args
+    from wmrl.autoresearch.training.builders import grpo_args
 
-    args = _grpo_args(
+    args = grpo_args(
         _config(
             use_vllm=True,
             vllm_mode="server",
@@ -30,19 +30,19 @@ def test_vllm_and_gradient_checkpointing_reach_trls_config_on_a_gpu(tmp_path):
     )
     assert args.use_vllm and args.vllm_mode == "server" and args.vllm_server_base_url == "http://gpu1:8000"
     assert args.gradient_checkpointing
-    colocated = _grpo_args(_config(use_vllm=True, vllm_gpu_memory_utilization=0.5), tmp_path, "cuda")
+    colocated = grpo_args(_config(use_vllm=True, vllm_gpu_memory_utilization=0.5), tmp_path, "cuda")
     assert colocated.vllm_mode == "colocate" and colocated.vllm_gpu_memory_utilization == 0.5
-    plain = _grpo_args(_config(), tmp_path, "cpu")
+    plain = grpo_args(_config(), tmp_path, "cpu")
     assert not plain.use_vllm and not plain.gradient_checkpointing and plain.use_cpu
 
 
 def test_what_a_cpu_cannot_do_is_refused_not_dropped(tmp_path):
-    from wmrl.autoresearch.training.run import _grpo_args
+    from wmrl.autoresearch.training.builders import grpo_args
     from wmrl.core.config import ConfigError
 
     with pytest.raises(ConfigError, match="needs a GPU"):
-        _grpo_args(_config(use_vllm=True), tmp_path, "cpu")
+        grpo_args(_config(use_vllm=True), tmp_path, "cpu")
     with pytest.raises(ConfigError, match="several times slower"):
-        _grpo_args(_config(gradient_checkpointing=True), tmp_path, "cpu")
+        grpo_args(_config(gradient_checkpointing=True), tmp_path, "cpu")
     with pytest.raises(ConfigError, match="vllm_mode=server"):
         _config(use_vllm=True, vllm_server_base_url="http://x:1")

@@ -163,19 +163,19 @@ def test_training_tasks_and_prompt_rows():
 def test_lora_last_layers_puts_adapters_in_the_top_layers_only():
     pytest.importorskip("peft")
     from wmrl.autoresearch.llm.tiny import build_tiny_model
+    from wmrl.autoresearch.training.builders import peft_config
     from wmrl.autoresearch.training.config import TrainConfig
-    from wmrl.autoresearch.training.run import _peft_config
     from wmrl.core.config import ConfigError
     from wmrl.core.train_config import LoraConfig
 
     model, _ = build_tiny_model()
     total = model.config.num_hidden_layers
-    assert _peft_config(TrainConfig(lora=LoraConfig()), model).layers_to_transform is None  # 0: every layer
-    top = _peft_config(TrainConfig(lora=LoraConfig(last_layers=1)), model)
+    assert peft_config(TrainConfig(lora=LoraConfig()), model).layers_to_transform is None  # 0: every layer
+    top = peft_config(TrainConfig(lora=LoraConfig(last_layers=1)), model)
     assert top.layers_to_transform == [total - 1]
     # no more layers than that: every layer
-    assert _peft_config(TrainConfig(lora=LoraConfig(last_layers=total)), model).layers_to_transform is None
+    assert peft_config(TrainConfig(lora=LoraConfig(last_layers=total)), model).layers_to_transform is None
     with pytest.raises(ConfigError, match="num_hidden_layers"):
-        _peft_config(TrainConfig(lora=LoraConfig(last_layers=1)), object())
+        peft_config(TrainConfig(lora=LoraConfig(last_layers=1)), object())
     with pytest.raises(ConfigError, match="last_layers"):
         LoraConfig(last_layers=-1)

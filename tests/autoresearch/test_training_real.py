@@ -95,7 +95,7 @@ def test_grpo_with_the_sandbox_and_the_world_model(tmp_path, setup, mode):
     from wmrl.autoresearch.grading import ExecutionGrader
     from wmrl.autoresearch.llm import load_model
     from wmrl.autoresearch.tasks import Solution, load_task
-    from wmrl.autoresearch.training.run import ANCHOR_STATUSES
+    from wmrl.autoresearch.training.builders import ANCHOR_STATUSES
     from wmrl.autoresearch.training.streams import execution_metrics
     from wmrl.core.corrector import Corrector, CorrectorConfig
     from wmrl.core.debias import DebiasConfig

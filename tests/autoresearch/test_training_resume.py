@@ -58,6 +58,7 @@ def _trainer(tmp_path, out, steps=3):
         world_model=as_source(lambda items: [(len(t) % 7) / 7 for t in items], "world_model", "wm"),
         anchor=as_source(lambda items: [((3 * len(t)) % 5) / 4 for t in items], "anchor", "real"),
         item_fn=lambda text, row: text,
+        solution_key=lambda text: text,  # the execution memory keeps outcomes by the completion's text
     )
 
 
@@ -81,7 +82,11 @@ def test_resume_restores_the_corrector_exactly(tmp_path):
     assert _state(Corrector.load(tmp_path / "full" / "checkpoint-3" / CORRECTOR_FILE)) == _state(
         full.corrector
     )
-    assert full.corrector.debiaser.n_pairs > 0 and full.corrector.fusion.groups_measured > 0
+    # the state is not trivial: calibration pairs, the fusion's evidence (per-rollout pairs by default,
+    # whole anchor groups in the group design) and the execution memory
+    fusion = full.corrector.fusion
+    assert full.corrector.debiaser.n_pairs > 0 and (fusion.groups_measured > 0 or fusion.gain.p_n > 0)
+    assert full.corrector.memory is None or len(full.corrector.memory) > 0
 
     resumed = _trainer(tmp_path, tmp_path / "resumed")
     resumed.train(resume_from_checkpoint=str(checkpoint))

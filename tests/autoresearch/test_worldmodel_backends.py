@@ -78,13 +78,13 @@ def test_the_training_config_selects_the_servers(tiny, tmp_path):
     from wmrl.autoresearch.llm.endpoints import EndpointPool
     from wmrl.autoresearch.llm.server import OpenAICompatServer
     from wmrl.autoresearch.llm.tiny import save_tiny_model
-    from wmrl.autoresearch.training.run import _world_model_backend
+    from wmrl.autoresearch.training.builders import world_model_backend
     from wmrl.autoresearch.worldmodel.model import BackendConfig
 
     with OpenAICompatServer(tiny) as server:
         settings = BackendConfig(kind="openai", endpoints=(server.url,), timeout_s=30)
         folder = save_tiny_model(tmp_path / "tok")
-        backend, tokenizer = _world_model_backend(settings, str(folder), "float32", "cpu")
+        backend, tokenizer = world_model_backend(settings, str(folder), "float32", "cpu")
         assert isinstance(backend, EndpointPool) and backend.base_urls == [server.url]
         assert tokenizer.chat_template
     with pytest.raises(ValueError, match="needs endpoints"):

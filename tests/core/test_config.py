@@ -90,3 +90,14 @@ def test_domain_sections_keep_their_domain_defaults():
     # a setting of another section than the mode's own does not contradict the mode
     real = load_config(TrainConfig, None, ["mode=real", "corrector.debias.min_pairs=4"])
     assert real.corrector.scheduler.fraction == 1.0 and real.corrector.debias.min_pairs == 4
+
+
+def test_a_choice_named_none_is_reachable_from_the_command_line():
+    """`corrector.fusion.mode=none` parsed as null and was refused ("expected Literal")."""
+    from wmrl.core.config import apply_overrides, from_dict, to_dict
+    from wmrl.core.corrector import CorrectorConfig
+
+    config = from_dict(CorrectorConfig, apply_overrides(to_dict(CorrectorConfig()), ["fusion.mode=none"]))
+    assert config.fusion.mode == "none"
+    with pytest.raises(ConfigError, match="None is not allowed"):
+        from_dict(CorrectorConfig, apply_overrides(to_dict(CorrectorConfig()), ["scheduler.fraction=null"]))

@@ -280,7 +280,9 @@ def test_config_refuses_what_it_cannot_honour(changes):
 def test_weights_are_checked_before_they_are_applied(monkeypatch):
     f = Fusion(FusionConfig(mode="inverse_variance", min_groups=1))
     _observe(f, np.random.default_rng(0), noise=0.3)
-    monkeypatch.setattr(Fusion, "ratio", property(lambda self: math.nan))
+    import wmrl.core.fusion_compare as compare
+
+    monkeypatch.setattr(compare, "variance_ratio", lambda fusion: math.nan)
     with pytest.raises(FloatingPointError, match="finite and > 0"):
         f.weights(np.array([True, False]), np.array([True, True]))
 
@@ -315,3 +317,16 @@ def test_noise_corrected_estimates_match_the_oracle_at_groups_of_eight(sd):
         _feed(f, reals, cals, exec_var=var)
     assert f.error_var == pytest.approx(np.mean(true_e), abs=0.05)
     assert f.anchor_error_var == pytest.approx(np.mean(true_n), abs=0.05)
+
+
+def test_fusion_rules_are_a_registry_that_refuses_a_name_twice():
+    from wmrl.core.fusion_rules import FUSION_RULES, fusion_rule, register_fusion
+
+    assert {"gain", "none", "mse", "inverse_variance", "paper"} <= set(FUSION_RULES) | {"mse"}
+    assert fusion_rule("mse") is FUSION_RULES["mse"]
+    with pytest.raises(ValueError, match="already registered"):
+        register_fusion("gain")(lambda fusion, ctx: None)
+    with pytest.raises(ValueError, match="no fusion rule named 'nope'"):
+        fusion_rule("nope")
+    with pytest.raises(ValueError, match="rollout_weights"):
+        Fusion(FusionConfig(mode="gain")).weights(np.array([True]), np.array([True]))

@@ -239,3 +239,28 @@ def test_the_python_api_takes_a_run_folder_as_a_path(tmp_path):
     assert (tmp_path / "run" / "metrics.jsonl").is_file()
     with pytest.raises(RunDirError, match="already holds a run"):
         LoopTrainer(ToyDomain(config), pipe, config, tmp_path / "run", progress=False)
+
+
+def test_resume_refuses_a_checkpoint_missing_its_ledger_or_its_policy(tmp_path, capsys):
+    from wmrl.core.errors import UserError
+    from wmrl.core.pipeline import LEDGER_FILE
+
+    run = tmp_path / "run"
+    trainer = _trainer(ToyConfig(steps=2), run)
+    trainer.run()
+    trainer.close()
+    checkpoint = list_checkpoints(run)[-1]
+    # finished: resuming says so in one line instead of silently doing nothing
+    again = _trainer(ToyConfig(steps=2), run, resume=True)
+    again.run()
+    again.close()
+    assert "already completed its 2 steps" in capsys.readouterr().err
+    # the ledger deleted: the cost report would book only the steps after the checkpoint
+    (checkpoint / LEDGER_FILE).rename(tmp_path / "ledger.json")
+    with pytest.raises(UserError, match=r"incomplete: .*wmrl_ledger\.json is missing"):
+        _trainer(ToyConfig(steps=3), run, resume=True)
+    (tmp_path / "ledger.json").rename(checkpoint / LEDGER_FILE)
+    # the policy's own file deleted: a clear line, not a raw [Errno 2]
+    (checkpoint / "toy.pt").unlink()
+    with pytest.raises(UserError, match=r"incomplete: .*toy\.pt is missing"):
+        _trainer(ToyConfig(steps=3), run, resume=True)

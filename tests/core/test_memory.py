@@ -170,5 +170,6 @@ def test_the_pipeline_never_sends_a_known_solution_to_either_source():
     seen["real"].clear()
     second = pipe.step([Group(f"{g.key}b", g.items) for g in groups])
     assert seen["real"] == [] and second.metrics["memory/hits"] == 8
+    assert first.metrics["wmrl/executions"] == 3 and second.metrics["wmrl/executions"] == 0  # what ran
     np.testing.assert_array_equal(first.rewards, second.rewards)
     assert pipe.ledger.report()["spent"]["anchor"]["items"] == 3  # memory hits cost nothing

@@ -92,6 +92,13 @@ def test_items_spread_over_nodes_and_come_back_in_order(ray_cluster):
         metrics = pool.metrics()
     assert metrics["pool/items_done"] == 8 and metrics["pool/items_unknown"] == 0
     assert metrics["pool/nodes"] == 2 and metrics["pool/throughput_per_s"] > 0
+    # the test cluster stays on loopback: no raylet listens on the machine's network address
+    import ipaddress
+
+    import ray
+
+    addresses = {n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
+    assert addresses and all(ipaddress.ip_address(a).is_loopback for a in addresses)
 
 
 def test_each_gpu_slot_sees_only_its_own_gpu(ray_cluster):

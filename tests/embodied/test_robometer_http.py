@@ -16,9 +16,8 @@ import numpy as np
 import pytest
 
 from wmrl.embodied.worldmodel.backend import FramePredictions
-from wmrl.embodied.worldmodel.http_client import RobometerHTTPClient, build_request_parts, parse_response
+from wmrl.embodied.worldmodel.http_client import RobometerHTTPClient, encode_request, parse_response
 from wmrl.embodied.worldmodel.http_server import RobometerHTTPServer, decode_request, frame_step_indices
-from wmrl.embodied.worldmodel.multipart import encode_multipart
 from wmrl.embodied.worldmodel.robometer import Robometer
 
 pytestmark = pytest.mark.transformers
@@ -75,7 +74,7 @@ def test_frame_steps_score_every_prefix(server, robometer):
 def test_request_body_is_what_robometers_client_sends():
     """Parse our body with the standard library's MIME parser and check every field of the contract."""
     frames = _frames(3, n=2, size=32)
-    body, ctype = encode_multipart(build_request_parts([(frames, TASK)], use_frame_steps=False))
+    body, ctype = encode_request([(frames, TASK)], use_frame_steps=False)
     message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
         b"Content-Type: " + ctype.encode() + b"\r\n\r\n" + body
     )
@@ -127,7 +126,7 @@ def test_server_reads_a_body_encoded_like_requests_does():
 
 
 def test_response_format(server):
-    body, ctype = encode_multipart(build_request_parts([(_frames(5, n=4), TASK)]))
+    body, ctype = encode_request([(_frames(5, n=4), TASK)])
     request = urllib.request.Request(
         server.url + "/evaluate_batch_npy", data=body, headers={"Content-Type": ctype}
     )
@@ -143,7 +142,7 @@ def test_response_format(server):
 
 
 def test_bad_requests_get_400_with_the_reason(server):
-    body, ctype = encode_multipart(build_request_parts([(_frames(6, n=2), TASK)]))
+    body, ctype = encode_request([(_frames(6, n=2), TASK)])
     body = body.replace(b'"progress"', b'"preference"', 1)
     request = urllib.request.Request(
         server.url + "/evaluate_batch_npy", data=body, headers={"Content-Type": ctype}

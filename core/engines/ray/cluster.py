@@ -30,6 +30,12 @@ from pathlib import Path
 
 __all__ = ["LocalCluster", "LocalNode"]
 
+#: Where a local cluster listens: every raylet, the GCS and the driver stay on this loopback address.
+#: Not 127.0.0.1: `ray start` (2.x, multi-node) replaces exactly "127.0.0.1"/"localhost" with the
+#: machine's network address (``ray._private.services.resolve_ip_for_localhost``); any other address
+#: of 127.0.0.0/8 is the loopback interface too and is kept as given.
+LOOPBACK = "127.0.0.2"
+
 _PORTS_PER_NODE = 7
 
 
@@ -38,7 +44,7 @@ def _free_ports(n: int) -> list[int]:
     try:
         for _ in range(n):
             s = socket.socket()
-            s.bind(("127.0.0.1", 0))
+            s.bind((LOOPBACK, 0))
             sockets.append(s)
             ports.append(s.getsockname()[1])
     finally:
@@ -173,7 +179,7 @@ class LocalCluster:
         self.nodes: list[LocalNode] = []
         self.env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
         gcs, client, *rest = _free_ports(2 + _PORTS_PER_NODE)
-        self.address = f"127.0.0.1:{gcs}"
+        self.address = f"{LOOPBACK}:{gcs}"
         args = ["--head", f"--port={gcs}", f"--ray-client-server-port={client}", "--include-dashboard=false"]
         args.append(f"--temp-dir={self.temp_dir}")
         if system_config:
@@ -204,6 +210,8 @@ class LocalCluster:
             f"--metrics-export-port={metrics}",
             "--disable-usage-stats",
             "--block",
+            # a test cluster stays on loopback: its raylets never listen on the machine's network address
+            f"--node-ip-address={LOOPBACK}",
         ]
         if resources:
             command.append(f"--resources={json.dumps(dict(resources))}")

@@ -665,6 +665,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
             )
             step.add_time(scores.seconds)
         step.statuses.extend(scores.statuses)
+        self.pipeline.learn(items, scores.real)  # a world model that learns from the run's outcomes
         anchor_rows = self.local_anchor_rows(step)
         step.real_grades.extend(
             g for g, a in zip(scores.real_grades, anchor_rows, strict=True) if a and g is not None
