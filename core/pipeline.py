@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from wmrl.core.corrector import Correction, Corrector, CorrectorConfig, Plan
 from wmrl.core.distributed import Processes
@@ -674,7 +675,7 @@ class RewardPipeline:
             cursor += len(g.items)
         return out
 
-    def learn(self, items: Sequence[Any], real: Sequence[float] | np.ndarray) -> None:
+    def learn(self, items: Sequence[Any], real: Sequence[float] | npt.NDArray[np.float64]) -> None:
         """Hand the world-model source the real outcomes of the rollouts executed (``real``, NaN where
         not executed or unknown), when it learns from them (an optional ``learn(items, values)``, as
         :class:`~wmrl.core.surrogate.SurrogateSource` and :class:`~wmrl.core.surrogate.FusedWorldModel`

@@ -26,10 +26,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from wmrl.core.sources import RewardSource, Role
 
-__all__ = ["FusedWorldModel", "NearestNeighbours", "SurrogateSource", "learn_from"]
+__all__ = ["Floats", "FusedWorldModel", "NearestNeighbours", "SurrogateSource", "learn_from"]
+
+#: ``(n, d)`` float64 features or ``(n,)`` float64 values.
+Floats = npt.NDArray[np.float64]
 
 
 class NearestNeighbours:
@@ -47,13 +51,13 @@ class NearestNeighbours:
         if radius is not None and not radius > 0:
             raise ValueError(f"radius must be > 0 or None; got {radius!r}")
         self.k, self.radius, self.max_points = k, radius, int(max_points)
-        self._x: np.ndarray | None = None
-        self._y = np.empty(0)
+        self._x: Floats | None = None
+        self._y: Floats = np.empty(0)
 
     def __len__(self) -> int:
         return int(self._y.size)
 
-    def add(self, features: np.ndarray, values: np.ndarray) -> None:
+    def add(self, features: Floats, values: Floats) -> None:
         """Add points: ``features`` ``(n, d)``, ``values`` ``(n,)`` (non-finite values are skipped)."""
         x = np.atleast_2d(np.asarray(features, dtype=float))
         y = np.asarray(values, dtype=float).reshape(-1)
@@ -73,7 +77,7 @@ class NearestNeighbours:
         if self._y.size > self.max_points:
             self._x, self._y = self._x[-self.max_points :], self._y[-self.max_points :]
 
-    def predict(self, features: np.ndarray) -> np.ndarray:
+    def predict(self, features: Floats) -> Floats:
         """``(n,)`` predictions, NaN where no neighbour lies within ``radius`` (or nothing was learned)."""
         x = np.atleast_2d(np.asarray(features, dtype=float))
         out = np.full(x.shape[0], np.nan)
@@ -102,7 +106,7 @@ class SurrogateSource:
 
     def __init__(
         self,
-        features: Callable[[Any], np.ndarray],
+        features: Callable[[Any], Floats],
         model: NearestNeighbours | None = None,
         name: str = "surrogate",
     ) -> None:
@@ -111,7 +115,7 @@ class SurrogateSource:
         self.model = model if model is not None else NearestNeighbours()
         self.name = name
 
-    def _matrix(self, items: Sequence[Any]) -> np.ndarray:
+    def _matrix(self, items: Sequence[Any]) -> Floats:
         return np.stack([np.asarray(self.features(item), dtype=float).reshape(-1) for item in items])
 
     def score(self, items: Sequence[Any]) -> list[float | None]:
@@ -136,7 +140,7 @@ class _Residuals:
         self.decay = 0.5 ** (1.0 / half_life)
         self.n = self.sx = self.sy = self.sxx = self.sxy = self.syy = 0.0
 
-    def add(self, x: np.ndarray, y: np.ndarray) -> None:
+    def add(self, x: Floats, y: Floats) -> None:
         d = self.decay**1.0
         self.n, self.sx, self.sy = self.n * d, self.sx * d, self.sy * d
         self.sxx, self.sxy, self.syy = self.sxx * d, self.sxy * d, self.syy * d
@@ -198,7 +202,7 @@ class FusedWorldModel:
         self._residuals = [_Residuals(half_life) for _ in self.sources]
         self._last: dict[int, list[float | None]] = {}  # id(item) -> each source's score, until learned
 
-    def _all_scores(self, items: Sequence[Any]) -> np.ndarray:
+    def _all_scores(self, items: Sequence[Any]) -> Floats:
         columns = []
         for source in self.sources:
             values = source.score(items)
@@ -211,7 +215,8 @@ class FusedWorldModel:
         scores = self._all_scores(items)
         for i, item in enumerate(items):
             self._last[id(item)] = [None if np.isnan(v) else float(v) for v in scores[:, i]]
-        weights, calibrated = [], []
+        weights: list[float | None] = []
+        calibrated: list[Floats | None] = []
         for s, residuals in enumerate(self._residuals):
             line, error = residuals.line(), residuals.error()
             if line is None or error is None or residuals.n < self.min_pairs:

@@ -50,7 +50,7 @@ from wmrl.core.config import require
 from wmrl.core.corrector import Corrector, CorrectorConfig
 from wmrl.core.modes import apply_changes
 from wmrl.core.sources import NoiseModel, as_source
-from wmrl.core.surrogate import FusedWorldModel, NearestNeighbours, SurrogateSource
+from wmrl.core.surrogate import Floats, FusedWorldModel, NearestNeighbours, SurrogateSource
 
 __all__ = ["ARMS", "EXEC_NOISE", "ArmResult", "Landscape", "SimConfig", "run_arm"]
 
@@ -310,7 +310,7 @@ class _Item:
 
     __slots__ = ("features", "wm")
 
-    def __init__(self, wm: float, features: np.ndarray) -> None:
+    def __init__(self, wm: float, features: Floats) -> None:
         self.wm, self.features = float(wm), features
 
 
@@ -416,7 +416,7 @@ def run_arm(
         out = corrector.correct(
             plan, wm, real, anchor_repeats=again, anchor_noise=declared, solution_keys=solutions
         )
-        if fused is not None:
+        if fused is not None and items is not None:
             done = [(g, i) for g in range(len(tasks)) for i in range(G) if not np.isnan(real[g, i])]
             fused.learn([items[g][i] for g, i in done], [float(real[g, i]) for g, i in done])
         adv = np.nan_to_num(out.advantages, nan=0.0)

@@ -45,7 +45,11 @@ def main(out: Path) -> None:
     rank = int(os.environ["RANK"])
     args = grpo_args(out / "train", steps=3, save_strategy="steps", save_steps=3, prompts_per_step=2, group=2)
     anchor = LabelledAnchor(real_formula, "anchor", "real")
-    trainer, wm, _ = make_trainer(out, "wmrl", args=args, anchor=anchor, statuses=tuple(RANK_STATUS.values()))
+    # group anchors (one group a step, the floor): what is checked is that every rank plans, gathers
+    # and corrects the same batch, which the group plan shows from the keys alone
+    trainer, wm, _ = make_trainer(
+        out, "wmrl", preset="wmrl_groups", args=args, anchor=anchor, statuses=tuple(RANK_STATUS.values())
+    )
     spy = Spy(trainer)
     trainer.train()
     ledger = trainer.merged_ledger()

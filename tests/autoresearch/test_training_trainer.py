@@ -101,7 +101,7 @@ class Spy:
         trainer._generate_and_score_completions = spy_generate
 
 
-def make_trainer(tmp_path, mode, preset_changes=None, **kwargs):
+def make_trainer(tmp_path, mode, preset_changes=None, preset=None, **kwargs):
     from wmrl.autoresearch.llm.tiny import build_tiny_model
     from wmrl.core.corrector import Corrector, CorrectorConfig
     from wmrl.core.debias import DebiasConfig
@@ -109,7 +109,7 @@ def make_trainer(tmp_path, mode, preset_changes=None, **kwargs):
     from wmrl.core.fusion import FusionConfig
 
     base = CorrectorConfig(debias=DebiasConfig(min_pairs=2), fusion=FusionConfig(min_groups=1))
-    corrector = Corrector(CorrectorConfig.preset(mode, base=base, **(preset_changes or {})))
+    corrector = Corrector(CorrectorConfig.preset(preset or mode, base=base, **(preset_changes or {})))
     model, tokenizer = build_tiny_model()
     wm = Counting(wm_formula, "world_model", "wm")
     anchor = kwargs.pop("anchor", None) or Counting(real_formula, "anchor", "real")
@@ -128,11 +128,16 @@ def make_trainer(tmp_path, mode, preset_changes=None, **kwargs):
     return trainer, wm, anchor
 
 
-@pytest.mark.parametrize("mode", ["real", "world_model", "wmrl"])
-def test_two_steps_use_the_correctors_rewards_and_advantages(tmp_path, mode):
+@pytest.mark.parametrize(
+    ("mode", "preset"),
+    [("real", None), ("world_model", None), ("wmrl", "wmrl_groups"), ("wmrl", None)],
+    ids=["real", "world_model", "wmrl_groups", "wmrl"],
+)
+def test_two_steps_use_the_correctors_rewards_and_advantages(tmp_path, mode, preset):
     from wmrl.core.corrector import METRICS, Corrector
 
-    trainer, wm, anchor = make_trainer(tmp_path, mode)
+    trainer, wm, anchor = make_trainer(tmp_path, mode, preset=preset)
+    groups = preset == "wmrl_groups"  # whole anchor groups; the default executes single rollouts
     spy = Spy(trainer)
     trainer.train()
     assert len(spy.corrections) == 2 and len(spy.outputs) == 2
@@ -161,10 +166,22 @@ def test_two_steps_use_the_correctors_rewards_and_advantages(tmp_path, mode):
             del wm.items[: wm_m.size]
         if mode == "world_model":
             assert not plan.anchor.any() and np.isnan(real_m).all()
-        if mode == "wmrl":
+        if mode == "wmrl" and groups:
             assert plan.anchor.sum() == 1  # the floor: one anchor group of two
-        # 3. replaying the corrector from scratch gives the same correction, bit for bit
-        again = replay.correct(replay.plan(plan.group_keys, plan.task_keys), wm_m, real_m, var)
+        elif mode == "wmrl":
+            # per-rollout anchors: no whole group; in each group the best-scored solution not yet
+            # known is executed (half of a group of 2), and what was executed is what is real
+            executed = plan.execute_mask(real_m.shape[1])
+            assert not plan.anchor.any() and executed.sum(axis=1).max() == 1
+            known = plan.known if plan.known is not None else np.zeros_like(executed)
+            assert np.array_equal(~np.isnan(real_m), executed | known)
+            for g in np.flatnonzero(executed.any(axis=1)):
+                candidates = np.where(known[g], -np.inf, wm_m[g])
+                assert wm_m[g][executed[g]].item() == np.nanmax(candidates)
+        # 3. replaying the corrector from scratch gives the same correction, bit for bit (a group
+        # plan depends on the keys alone; a per-rollout plan on the scores too, so it is replayed)
+        replayed = replay.plan(plan.group_keys, plan.task_keys) if mode != "wmrl" or groups else plan
+        again = replay.correct(replayed, wm_m, real_m, var)
         assert np.array_equal(again.advantages, correction.advantages, equal_nan=True)
         # 4. the advantages TRL trains on are the corrector's (NaN -> 0), weights included
         used = output["advantages"].numpy()
@@ -172,7 +189,11 @@ def test_two_steps_use_the_correctors_rewards_and_advantages(tmp_path, mode):
     # 5. the corrector's metrics reach TRL's logs (non-None ones only, never as 0 for unknown)
     logged = trainer.state.log_history[0]
     assert logged["wmrl/step"] == 1.0
-    assert logged["wmrl/anchor_fraction"] == {"real": 1.0, "world_model": 0.0, "wmrl": 0.5}[mode]
+    expected_fraction = {"real": 1.0, "world_model": 0.0, "wmrl": 0.5 if groups else 0.0}[mode]
+    assert logged["wmrl/anchor_fraction"] == expected_fraction  # whole anchor groups / groups
+    if mode == "wmrl" and not groups:  # the single executions are counted apart
+        first_plan = spy.corrections[0][0]
+        assert logged["wmrl/executions"] == first_plan.execute_mask(2).sum() > 0
     assert {k for k in logged if k.startswith("wmrl/")} <= set(METRICS)
     if mode == "real":
         assert "wmrl/unknown_world_model" not in logged
@@ -189,7 +210,8 @@ def test_fusion_weights_multiply_advantages_not_rewards(tmp_path):
     calibrated rewards; the rewards returned to TRL are unweighted."""
     from wmrl.core.advantages import group_advantages
 
-    trainer, _, _ = make_trainer(tmp_path, "wmrl", args=grpo_args(tmp_path, steps=3))
+    # group anchors: weights depart from 1 per group (the per-rollout default weights rollouts)
+    trainer, _, _ = make_trainer(tmp_path, "wmrl", preset="wmrl_groups", args=grpo_args(tmp_path, steps=3))
     spy = Spy(trainer)
     trainer.train()
     weighted = 0

@@ -137,3 +137,19 @@ def test_variants_set_how_solutions_recur():
     assert wmrl.wm_calls[-1] < wmrl.rollouts[-1]
     fresh = run_arm(replace(SMALL, variants=0), "wmrl", seed=0)
     assert fresh.wm_calls.sum() == fresh.rollouts.sum()
+
+
+def test_a_surrogate_arm_learns_from_its_executions_and_changes_the_scores():
+    """wmrl_surrogate fuses the simulated world model with a nearest-neighbour surrogate fitted on the
+    run's real outcomes (calibrated and weighted by their measured errors): its scores, and so its run,
+    differ from wmrl's; it is deterministic and still learns. (core/test_surrogate.py tests that the
+    surrogate learns and that the fusion weights by error.)"""
+    cfg = replace(SMALL, variants=0, n_solutions=6, variant_spread=0.01)
+    plain = run_arm(cfg, "wmrl", seed=1)
+    surrogate = run_arm(cfg, "wmrl_surrogate", seed=1)
+    again = run_arm(cfg, "wmrl_surrogate", seed=1)
+    assert np.array_equal(surrogate.true_reward, again.true_reward)
+    assert not np.array_equal(surrogate.true_reward, plain.true_reward)
+    assert surrogate.true_reward[-1] > surrogate.true_reward[0] + 0.05
+    # the world model is asked about every rollout (the surrogate is part of it, not the memory)
+    assert surrogate.wm_calls.sum() == surrogate.rollouts.sum()
