@@ -35,12 +35,12 @@ from typing import Any
 
 import numpy as np
 
-ARMS: dict[str, list[str]] = {
+ARMS: dict[str, list[str]] = {  # real_cache last: its policy is real's (execution is deterministic)
     "real": ["mode=real", "sandbox.cache=false"],
-    "real_cache": ["mode=real", "corrector.memory.enabled=true"],
-    "paper": ["corrector_preset=paper"],
     "wmrl": [],
     "wmrl_flat": ["corrector_preset=wmrl_flat"],
+    "paper": ["corrector_preset=paper"],
+    "real_cache": ["mode=real", "corrector.memory.enabled=true"],
 }
 TASK = "penguin-body-mass"
 
