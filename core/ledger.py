@@ -131,7 +131,9 @@ class CostLedger:
         est = rep["real_mode_estimate"]
         if est["wall_s"] is not None:
             lines.append(
-                f"real-execution GRPO, estimated: {est['wall_s']:.2f} wall s ({est['ratio_wall']:.2f}x this run)"
+                f"real-execution GRPO, estimated: {est['wall_s']:.2f} wall s ({est['ratio_wall']:.2f}x this run); "
+                "a model, not a measurement: every graded rollout at this run's mean anchor cost per item "
+                "(no result cache; the streams' seconds overlap, so they can exceed the run's wall time)"
             )
         else:
             lines.append("real-execution GRPO estimate: unknown (no anchor execution was measured)")

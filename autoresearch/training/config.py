@@ -253,13 +253,14 @@ class GRPOSection:
 def _default_corrector() -> CorrectorConfig:
     # The core default (docs/method.md §6): in each group, up to half of the rollouts, the best-ranked
     # solutions not yet known, are executed; a solution executed once is graded from the execution
-    # memory afterwards; the gain fusion. A short run must calibrate early: 8 pairs before the first
-    # isotonic fit and before the fusion measures (long runs should raise both). The paper's
+    # memory afterwards; every rollout weighted 1 after calibration (the gain is measured and logged).
+    # A short run must calibrate early: 8 pairs before the first isotonic fit and before the fusion
+    # measures (long runs should raise both). The paper's
     # configuration is one preset away: corrector=paper (whole groups at 10%, its fusion).
     return CorrectorConfig(
         scheduler=SchedulerConfig(fraction=0.5, floor=0, rollout_share=1.0),
         debias=DebiasConfig(min_pairs=8),
-        fusion=FusionConfig(mode="gain", min_groups=2, min_pairs=8),
+        fusion=FusionConfig(mode="none", min_groups=2, min_pairs=8),
     )
 
 

@@ -78,6 +78,7 @@ ARMS: dict[str, str | tuple[str, dict[str, Any]]] = {
     "wmrl_groups": "wmrl_groups",
     "wmrl_no_memory": "wmrl_no_memory",
     "wmrl_flat": "wmrl_flat",
+    "wmrl_gain": "wmrl_gain",
     # the design of issue 32: each group's top-ranked solution not yet known is executed, every
     # outcome is remembered; fusions compared
     "mem_top": (

@@ -453,6 +453,16 @@ def run_from_cli(args: argparse.Namespace) -> int:
     return code
 
 
+def _mean_curves(cfg: SimConfig, rs: list[ArmResult]) -> dict[str, list[float]]:
+    """The seed-mean reward and cost curves over the steps every seed ran (runs continued to a cost
+    end at different steps on different seeds)."""
+    n = min(len(r.true_reward) for r in rs)
+    return {
+        "true_reward_mean": np.mean([r.true_reward[:n] for r in rs], axis=0).tolist(),
+        "cost_mean": np.mean([r.cost(cfg)[:n] for r in rs], axis=0).tolist(),
+    }
+
+
 def _bench(
     args: argparse.Namespace, cfg: SimConfig, arms: list[str], seeds: list[int], out: Path, run: Runner
 ) -> int:
@@ -488,13 +498,7 @@ def _bench(
         "equal_cost": equal,
         "arms": summary,
         "sensitivity": sensitivity,
-        "curves": {
-            arm: {
-                "true_reward_mean": np.mean([r.true_reward for r in rs], axis=0).tolist(),
-                "cost_mean": np.mean([r.cost(cfg) for r in rs], axis=0).tolist(),
-            }
-            for arm, rs in runs.items()
-        },
+        "curves": {arm: _mean_curves(cfg, rs) for arm, rs in runs.items()},
     }
     plot_curves(cfg, runs, out / "reward_vs_cost.png")
     if args.sweep:

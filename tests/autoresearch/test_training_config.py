@@ -24,10 +24,10 @@ def test_defaults_are_the_embedded_quickstart():
     assert c.grpo.max_completion_tokens == 96 and c.lora.last_layers == 8
     assert c.world_model.scoring == "status_probs"  # one prefill per script
     assert 1 <= c.steps <= 10 and c.group_size >= 2 and c.episode.turns == 1
-    # the core default: per-rollout anchors (a quota of half of each group), the execution memory, gain
+    # the core default: per-rollout anchors (a quota of half of each group), the execution memory, weights of 1
     sched = c.corrector.scheduler
     assert sched.rollout_share == 1.0 and sched.floor == 0 and sched.fraction * c.group_size == 4
-    assert c.corrector.memory.enabled is True and c.corrector.fusion.mode == "gain"
+    assert c.corrector.memory.enabled is True and c.corrector.fusion.mode == "none"
     # the paper's configuration is one preset away; real with a result cache is a setting of mode real
     paper = load_config(TrainConfig, None, ["corrector_preset=paper"]).corrector
     assert paper.fusion.mode == "paper" and paper.scheduler.fraction == 0.1 and paper.memory.enabled is False

@@ -19,12 +19,13 @@ from wmrl.core.scheduler import SchedulerConfig
 
 
 def _run(kind: str, steps: int = 50, seed: int = 0, config: CorrectorConfig | None = None, dup: int = 1):
-    """Drive the default corrector on groups of fresh solutions; return the last correction.
+    """Drive the default corrector with the gain fusion on groups of fresh solutions; return the last
+    correction.
 
     ``dup``: each solution appears this many times in a group (its world-model calls are repeated).
     """
     rng = np.random.default_rng(seed)
-    c = Corrector(config or CorrectorConfig())
+    c = Corrector(config or CorrectorConfig.preset("wmrl_gain"))
     bias = rng.normal(0.0, 0.15, 10_000)
     out = None
     n, width = 16, 8
