@@ -242,9 +242,16 @@ def _run_numbers(run: Path) -> dict[str, Any] | None:
     rows = [r for r in read_metrics(run) if r.get("reward") is not None]
     head = rows[: max(1, len(rows) // 4)] if rows else []
     tail = rows[-max(1, len(rows) // 4) :] if rows else []
+    # the share of rollouts executed for real: per-rollout anchors and the memory make it differ from
+    # the share of whole anchor groups (0 under the per-rollout default); older runs log groups only
+    metrics = read_metrics(run)
     realised = [
+        r["wmrl/execution_share_realised"]
+        for r in metrics
+        if r.get("wmrl/execution_share_realised") is not None
+    ] or [
         r["wmrl/anchor_fraction_realised"]
-        for r in read_metrics(run)
+        for r in metrics
         if r.get("wmrl/anchor_fraction_realised") is not None
     ]
     spent = cost.get("spent", {})

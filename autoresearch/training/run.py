@@ -48,6 +48,8 @@ class RunResult:
     main: bool = True
     #: anchor groups / groups over the whole run (``None``: the mode logs none)
     anchor_fraction_realised: float | None = None
+    #: real executions / rollouts over the whole run (memory hits cost none; ``None``: not logged)
+    execution_share_realised: float | None = None
 
 
 def _quiet(*_: Any) -> None:
@@ -105,8 +107,13 @@ def run_training(
     processes.wait_for_everyone()  # the main process has written everything
     if trainer.stopped_early:
         session.stopped(steps())
-    realised = [r.get("wmrl/anchor_fraction_realised") for r in read_metrics(run_dir.path)]
-    realised = [r for r in realised if r is not None]
+    rows = read_metrics(run_dir.path)
+    realised = [
+        r["wmrl/anchor_fraction_realised"] for r in rows if r.get("wmrl/anchor_fraction_realised") is not None
+    ]
+    executed = [
+        r["wmrl/execution_share_realised"] for r in rows if r.get("wmrl/execution_share_realised") is not None
+    ]
     checkpoints = list_checkpoints(run_dir.path)
     summary = session.finish(
         report,
@@ -117,6 +124,7 @@ def run_training(
             "last_checkpoint": str(checkpoints[-1]) if checkpoints else None,
             "processes": processes.num_processes,
             "anchor_fraction_realised": realised[-1] if realised else None,
+            "execution_share_realised": executed[-1] if executed else None,
         },
     )
     return RunResult(
@@ -129,6 +137,7 @@ def run_training(
         processes=processes.num_processes,
         main=session.main,
         anchor_fraction_realised=realised[-1] if realised else None,
+        execution_share_realised=executed[-1] if executed else None,
     )
 
 
@@ -182,8 +191,12 @@ def run_from_cli(config: TrainConfig, run_dir: RunDirectory, *, progress: bool) 
         f"[wmrl]   metrics: {result.run_dir / 'metrics.jsonl'} ({result.metrics_rows} rows); plots: {result.run_dir / 'plots'}",
         f"[wmrl]   cost report: {result.run_dir / 'cost_report.json'}{ratio}",
         *(
-            [f"[wmrl]   realised anchor fraction: {result.anchor_fraction_realised:.3f} of all groups"]
-            if result.anchor_fraction_realised is not None
+            [
+                f"[wmrl]   executed for real: {result.execution_share_realised:.1%} of the rollouts"
+                f" (whole anchor groups: {result.anchor_fraction_realised or 0.0:.3f} of the groups;"
+                " solutions executed before are graded from memory)"
+            ]
+            if result.execution_share_realised is not None
             else []
         ),
         f"[wmrl]   trained policy: {result.final_model}",

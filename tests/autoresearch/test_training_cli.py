@@ -22,6 +22,11 @@ def test_train_writes_the_run_directory_and_resumes(tmp_path, capsys, tiny_autor
     assert main(["train", "autoresearch", "--out", str(run), *args, "steps=2"]) == 0
     printed = capsys.readouterr().out
     assert "run directory" in printed and "wmrl eval autoresearch --model" in printed
+    # the share of rollouts executed, as the ledger counted them (not the share of whole groups, 0 here)
+    summary = json.loads((run / "run_summary.json").read_text())
+    executed = json.loads((run / "cost_report.json").read_text())["spent"]["anchor"]["items"]
+    assert summary["execution_share_realised"] == pytest.approx(executed / 8)
+    assert f"executed for real: {executed / 8:.1%} of the rollouts" in printed
 
     config = from_dict(TrainConfig, json.loads((run / "config.json").read_text()))
     assert config.steps == 2 and config.model.path == str(model)
