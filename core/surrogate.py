@@ -83,13 +83,21 @@ class NearestNeighbours:
         out = np.full(x.shape[0], np.nan)
         if self._x is None or not self._y.size:
             return out
-        for i, row in enumerate(x):
-            dist = np.sqrt(np.sum((self._x - row) ** 2, axis=1))
-            order = np.argsort(dist, kind="stable")[: self.k]
-            if self.radius is not None:
-                order = order[dist[order] <= self.radius]
-            if order.size:
-                out[i] = float(self._y[order].mean())
+        # all squared distances at once, (n, points): one matrix product instead of a loop over rows
+        d2 = (x * x).sum(axis=1)[:, None] + (self._x * self._x).sum(axis=1)[None, :] - 2.0 * x @ self._x.T
+        d2 = np.maximum(d2, 0.0)
+        k = min(self.k, self._y.size)
+        nearest = (
+            np.argpartition(d2, k - 1, axis=1)[:, :k]
+            if k < self._y.size
+            else np.tile(np.arange(self._y.size), (x.shape[0], 1))
+        )
+        near_d2 = np.take_along_axis(d2, nearest, axis=1)
+        within = np.ones_like(near_d2, dtype=bool) if self.radius is None else near_d2 <= self.radius**2
+        counts = within.sum(axis=1)
+        sums = np.where(within, self._y[nearest], 0.0).sum(axis=1)
+        has = counts > 0
+        out[has] = sums[has] / counts[has]
         return out
 
 
