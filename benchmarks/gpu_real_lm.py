@@ -194,9 +194,16 @@ class _Stage:
     def start(self, env: dict[str, str]) -> _Stage:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         handle = self.log.open("w")
-        # Its own session: a signal sent to it reaches neither this script nor the other runs.
+        # Its own session: a signal sent to it reaches neither this script nor the other runs. Ctrl-C
+        # restored to its default: a script started in the background (`nohup ... &`) ignores SIGINT
+        # and its children inherit that, so the Ctrl-C at the deadline would never stop a run.
         self.process = subprocess.Popen(
-            self.argv, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            self.argv,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_default_ctrl_c,
         )
         handle.close()
         self.started = time.perf_counter()
@@ -227,6 +234,11 @@ def _wait(stages: list[_Stage], deadline: float, poll_s: float = 2.0) -> None:
     """Until every stage has ended or ``deadline`` (``time.perf_counter`` seconds) passed."""
     while time.perf_counter() < deadline and any(s.poll() is None for s in stages):
         time.sleep(poll_s)
+
+
+def _default_ctrl_c() -> None:
+    """In a stage's process before it runs: SIGINT raises KeyboardInterrupt again (see _Stage.start)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _stop(stages: list[_Stage], grace_deadline: float) -> None:

@@ -11,6 +11,7 @@ import contextlib
 import importlib.util
 import io
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -154,9 +155,13 @@ def test_a_run_that_ends_early_is_evaluated_before_the_deadline(real_lm, tmp_pat
         {"modes": ["real"], "seeds": [0, 1], "held_out": False, "stop_grace_s": 22.0, "eval_reserve_s": 8.0}
     )
     work = tmp_path / "work"
-    # the deadline (budget - grace - reserve) leaves the slow fake 30 s to start and reach its sleep
-    # (at 10 s a loaded machine's interpreter start-up was still running when the Ctrl-C came)
-    result = real_lm.run_real_lm(work, budget_s=60.0, plan=plan, log=lambda m: None)
+    # run as a background job would be (`nohup ... &`: SIGINT ignored, inherited by children); the
+    # stages restore Ctrl-C, or the deadline's Ctrl-C never stops the slow run (it was killed: -9)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        result = real_lm.run_real_lm(work, budget_s=40.0, plan=plan, log=lambda m: None)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     fast, slow = result["runs"]["real-s0"], result["runs"]["real-s1"]
     assert (fast["exit_code"], fast["steps_done"], fast["interrupted_at_deadline"]) == (0, 2, False)
     assert (slow["exit_code"], slow["steps_done"], slow["interrupted_at_deadline"]) == (130, 1, True)
