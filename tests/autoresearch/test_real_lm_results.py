@@ -1,0 +1,51 @@
+"""The real-LM arms of issue 32 recorded in ``benchmarks/results/real-lm-2026-12-06/`` (quoted by
+``docs/benchmarks/autoresearch.md``): each summary agrees with its run's own files, and the numbers
+the docs quote are the files' numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results" / "real-lm-2026-12-06"
+RUNS = sorted(p.stem for p in RESULTS.glob("*-s[0-9].json"))
+
+
+def test_the_recorded_runs_are_there():
+    assert {"real-s0", "real_cache-s0", "paper-s0", "wmrl-s0", "wmrl_flat-s0"} <= set(RUNS)
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_each_summary_agrees_with_its_run(name):
+    summary = json.loads((RESULTS / f"{name}.json").read_text())
+    cost = json.loads((RESULTS / name / "cost_report.json").read_text())
+    report = json.loads((RESULTS / f"{name}.eval.json").read_text())
+    config = json.loads((RESULTS / name / "config.json").read_text())
+    assert summary["spent"] == cost["spent"]
+    assert summary["eval"]["position"] == report["overall"]
+    assert config["seed"] == summary["seed"]
+    rows = [json.loads(line) for line in (RESULTS / name / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "wmrl/step" in r]
+    assert len(steps) == 8 and len(summary["executed_position"]) == 8
+    # the fusion each arm names is the one its run resolved
+    expected = {"wmrl": "gain", "wmrl_flat": "none", "paper": "paper"}.get(summary["arm"])
+    if expected is not None:
+        assert config["corrector"]["fusion"]["mode"] == expected
+
+
+def test_the_docs_quote_the_files():
+    docs = (ROOT / "docs" / "benchmarks" / "autoresearch.md").read_text()
+
+    def position(name: str) -> str:
+        return f"{json.loads((RESULTS / f'{name}.json').read_text())['eval']['position']:.3f}"
+
+    def executions(name: str) -> int:
+        return json.loads((RESULTS / f"{name}.json").read_text())["spent"]["anchor"]["items"]
+
+    assert f"default {position('wmrl_flat-s0')}, {position('wmrl_flat-s1')}" in docs
+    assert f"({executions('wmrl_flat-s0')}, {executions('wmrl_flat-s1')} executions)" in docs
+    assert f"`real` {position('real-s0')}, {position('real-s1')}" in docs
+    assert f"`real_cache` {position('real_cache-s0')} ({executions('real_cache-s0')}, seed 0)" in docs
