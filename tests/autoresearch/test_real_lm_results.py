@@ -48,4 +48,5 @@ def test_the_docs_quote_the_files():
     assert f"default {position('wmrl_flat-s0')}, {position('wmrl_flat-s1')}" in docs
     assert f"({executions('wmrl_flat-s0')}, {executions('wmrl_flat-s1')} executions)" in docs
     assert f"`real` {position('real-s0')}, {position('real-s1')}" in docs
-    assert f"`real_cache` {position('real_cache-s0')} ({executions('real_cache-s0')}, seed 0)" in docs
+    assert f"`real_cache` {position('real_cache-s0')}, {position('real_cache-s1')}" in docs
+    assert f"({executions('real_cache-s0')}, {executions('real_cache-s1')})" in docs
