@@ -149,7 +149,7 @@ class _Residuals:
         self.n = self.sx = self.sy = self.sxx = self.sxy = self.syy = 0.0
 
     def add(self, x: Floats, y: Floats) -> None:
-        d = self.decay**1.0
+        d = self.decay
         self.n, self.sx, self.sy = self.n * d, self.sx * d, self.sy * d
         self.sxx, self.sxy, self.syy = self.sxx * d, self.sxy * d, self.syy * d
         self.n += float(x.size)
@@ -168,11 +168,8 @@ class _Residuals:
         a = (self.sxy / self.n - (self.sx / self.n) * (self.sy / self.n)) / var
         return a, self.sy / self.n - a * self.sx / self.n
 
-    def error(self) -> float | None:
-        """The residual variance of ``y`` around the line (``None`` before two points)."""
-        line = self.line()
-        if line is None:
-            return None
+    def _error(self, line: tuple[float, float]) -> float:
+        """The residual variance of ``y`` around ``line`` (floored at 1e-6)."""
         a, b = line
         # Σ (y − a x − b)² / n, from the sums
         n = self.n
@@ -180,6 +177,11 @@ class _Residuals:
             self.syy - 2 * a * self.sxy - 2 * b * self.sy + a * a * self.sxx + 2 * a * b * self.sx + b * b * n
         ) / n
         return max(mean_sq, 1e-6)
+
+    def fit(self, min_pairs: int) -> tuple[float, float, float] | None:
+        """``(slope, intercept, weight = 1 / error)`` once ``min_pairs`` outcomes are in; ``None`` before."""
+        line = self.line() if self.n >= min_pairs else None
+        return None if line is None else (*line, 1.0 / self._error(line))
 
 
 class FusedWorldModel:
@@ -223,23 +225,19 @@ class FusedWorldModel:
         scores = self._all_scores(items)
         for i, item in enumerate(items):
             self._last[id(item)] = [None if np.isnan(v) else float(v) for v in scores[:, i]]
-        weights: list[float | None] = []
-        calibrated: list[Floats | None] = []
-        for s, residuals in enumerate(self._residuals):
-            line, error = residuals.line(), residuals.error()
-            if line is None or error is None or residuals.n < self.min_pairs:
-                weights.append(None)
-                calibrated.append(None)
-                continue
-            weights.append(1.0 / error)
-            calibrated.append(line[0] * scores[s] + line[1])
-        if all(w is None for w in weights):  # nothing measured yet: the first source, as it is
+        # each measured source's calibrated scores, with its weight
+        measured = [
+            (fit[2], fit[0] * scores[s] + fit[1])
+            for s, fit in enumerate(r.fit(self.min_pairs) for r in self._residuals)
+            if fit is not None
+        ]
+        if not measured:  # nothing measured yet: the first source, as it is
             return [None if np.isnan(v) else float(v) for v in scores[0]]
         out: list[float | None] = []
         for i in range(len(items)):
             num = den = 0.0
-            for w, c in zip(weights, calibrated, strict=True):
-                if w is not None and c is not None and not np.isnan(c[i]):
+            for w, c in measured:
+                if not np.isnan(c[i]):
                     num += w * c[i]
                     den += w
             out.append(num / den if den > 0 else None)
@@ -247,10 +245,7 @@ class FusedWorldModel:
 
     def weights(self) -> list[float | None]:
         """Each source's current share of the weight (``None``: not measured yet)."""
-        raw = [
-            None if r.error() is None or r.n < self.min_pairs else 1.0 / r.error()  # type: ignore[operator]
-            for r in self._residuals
-        ]
+        raw = [None if fit is None else fit[2] for fit in (r.fit(self.min_pairs) for r in self._residuals)]
         total = sum(w for w in raw if w is not None)
         return [None if w is None else w / total for w in raw]
 

@@ -239,12 +239,12 @@ def _run_numbers(run: Path) -> dict[str, Any] | None:
     )
     if summary is None or cost is None:
         return None
-    rows = [r for r in read_metrics(run) if r.get("reward") is not None]
+    metrics = read_metrics(run)
+    rows = [r for r in metrics if r.get("reward") is not None]
     head = rows[: max(1, len(rows) // 4)] if rows else []
     tail = rows[-max(1, len(rows) // 4) :] if rows else []
     # the share of rollouts executed for real: per-rollout anchors and the memory make it differ from
     # the share of whole anchor groups (0 under the per-rollout default); older runs log groups only
-    metrics = read_metrics(run)
     realised = [
         r["wmrl/execution_share_realised"]
         for r in metrics
@@ -255,7 +255,7 @@ def _run_numbers(run: Path) -> dict[str, Any] | None:
         if r.get("wmrl/anchor_fraction_realised") is not None
     ]
     spent = cost.get("spent", {})
-    fitted = _after_first_fit(read_metrics(run))
+    fitted = _after_first_fit(metrics)
     return {
         "evaluated": report is not None,
         "heldout_valid_rate": None if report is None else report.get("valid_rate"),
