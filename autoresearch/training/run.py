@@ -186,6 +186,9 @@ def run_from_cli(config: TrainConfig, run_dir: RunDirectory, *, progress: bool) 
         if est.get("ratio_wall") is not None
         else ""
     )
+    groups = (
+        "unknown" if result.anchor_fraction_realised is None else f"{result.anchor_fraction_realised:.3f}"
+    )
     lines = [
         f"[wmrl] run directory: {result.run_dir} ({result.wall_s:.0f} s)",
         f"[wmrl]   metrics: {result.run_dir / 'metrics.jsonl'} ({result.metrics_rows} rows); plots: {result.run_dir / 'plots'}",
@@ -193,7 +196,7 @@ def run_from_cli(config: TrainConfig, run_dir: RunDirectory, *, progress: bool) 
         *(
             [
                 f"[wmrl]   executed for real: {result.execution_share_realised:.1%} of the rollouts"
-                f" (whole anchor groups: {result.anchor_fraction_realised or 0.0:.3f} of the groups;"
+                f" (whole anchor groups: {groups} of the groups;"
                 " solutions executed before are graded from memory)"
             ]
             if result.execution_share_realised is not None
