@@ -17,23 +17,26 @@ on our side is a ``harness_error`` result with a reason.
 from __future__ import annotations
 
 import atexit
+import codecs
 import contextlib
 import hashlib
+import io
 import logging
 import os
 import shutil
 import signal
 import tempfile
 import threading
+import tokenize
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
 
 from . import launcher as _launcher_module
-from . import procscan
 from .cgroups import CgroupError, CgroupSupport, ExecutionCgroup, detect
 from .limits import Limits
+from .purge import purge_uid
 from .result import ExecutionResult, Resources
 from .seccomp import compile_filter, seccomp_problem
 from .solution_env import SolutionEnv, SolutionEnvError
@@ -161,7 +164,10 @@ class Sandbox(ABC):
             raise ValueError(f"data_dir must be an existing folder; got {str(data)!r}")
         execution_id = uuid.uuid4().hex
         try:
-            if self.problem is not None:
+            refused = source_encoding_problem(code)
+            if refused is not None:
+                result = ExecutionResult(status="error", reason=refused)
+            elif self.problem is not None:
                 result = ExecutionResult(status="harness_error", reason=self.problem)
             else:
                 result = self._run(code, data.resolve(), limits, execution_id)
@@ -319,11 +325,11 @@ class LocalSandbox(Sandbox):
             if group is not None:
                 group.remove()
             if user.dedicated:
-                # The uid is this execution's alone: whatever still runs as it is a stray of ours.
-                strays = procscan.find_by_uid(user.uid)
-                if strays:
-                    procscan.kill_pids(strays)
-                    warnings.append(f"killed {len(strays)} stray process(es) of the sandbox user {user.uid}")
+                # The uid is this execution's alone: whatever still runs as it, or is owned by it
+                # in the host's shared folders and IPC, is a leftover of this execution.
+                leftovers = purge_uid(user.uid, user.gid).summary()
+                if leftovers:
+                    warnings.append(f"sandbox user {user.uid}: {leftovers}")
             self.users.release(user)
             _remove_tree(stage)
         warnings.extend(outcome.warnings)
@@ -372,6 +378,24 @@ class LocalSandbox(Sandbox):
             resources=resources,
             warnings=warnings,
         )
+
+
+def source_encoding_problem(code: str) -> str | None:
+    """Why ``code`` is refused before it runs, or ``None``: only UTF-8 source is accepted.
+
+    The solution file is written as UTF-8, but a PEP 263 cookie (``# -*- coding: utf-7 -*-``) makes
+    the interpreter decode those bytes differently: it would run a program that a syntax check or
+    a reader of the text never saw. A cookie naming anything but UTF-8 is the solution's error.
+    """
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(code.encode("utf-8")).readline)
+    except SyntaxError as exc:
+        return f"the source declares an encoding Python cannot use ({exc}); only UTF-8 source is accepted"
+    except UnicodeEncodeError:
+        return "the source is not valid Unicode text (lone surrogates); only UTF-8 source is accepted"
+    if codecs.lookup(encoding).name not in ("utf-8", "utf-8-sig"):
+        return f"the source declares the encoding {encoding!r}; only UTF-8 source is accepted"
+    return None
 
 
 def measured_resources(outcome: RawOutcome) -> Resources:

@@ -16,10 +16,13 @@ code. It must not import WMRL. It:
 2. relays the solution's output to its own stdout as frames, so the solution can never forge a
    frame (it never holds the launcher's stdout);
 3. enforces the wall-time limit (kills the solution's process group) — the host keeps a harder
-   deadline of its own in case this process is stopped; under bubblewrap it is PID 1 of the
-   namespace (``--as-pid-1``), which the solution cannot signal (the kernel drops signals to a
-   namespace's init that it has no handler for, SIGKILL included), and it is made non-dumpable so
-   the solution cannot ptrace it either; it reaps orphans;
+   deadline of its own in case this process is stopped; under bubblewrap and Docker it is PID 1
+   of the namespace, which the solution cannot signal: the kernel drops signals to a
+   namespace's init that it has no handler for (so it restores SIGINT's default), and the
+   seccomp filter refuses every signal, pidfd and ``prlimit`` aimed at PID 1. It is made
+   non-dumpable so the solution cannot ptrace it or open its descriptors, and it reaps orphans.
+   It sends ``started`` *before* the solution may ``exec``: a launcher that stops without its exit
+   frame after that is the solution's failure, never the harness's;
 4. after the solution ends, kills whatever is left in its process group, then streams a copy of
    the submission file (a regular file only, never through a symlink, not sparse, at most
    ``submission_cap`` bytes: a bigger or sparse one is refused before a byte is sent) and a final
@@ -58,6 +61,7 @@ EXIT_CODE_EXEC_FAILED = 127
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
+CLONE_NEWIPC = 0x08000000
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -108,11 +112,13 @@ def _seccomp_loader(program: bytes | None):
     return install
 
 
-def _child(cfg: dict, out_w: int, err_w: int, status_w: int, install_filter) -> None:
+def _child(cfg: dict, out_w: int, err_w: int, status_w: int, go_r: int, install_filter) -> None:
     """In the forked child: set up limits and descriptors, then exec the solution. Never returns.
 
     ``status_w`` is close-on-exec: it closes by itself when ``exec`` succeeds, and carries the
-    reason when anything before it fails.
+    reason when anything before it fails. ``go_r`` gives one byte once the launcher has sent its
+    ``started`` frame: no solution code runs before the host knows it started, so whatever stops
+    the launcher from then on is the solution's doing (see ``supervisor.classify``).
     """
     try:
         os.setpgid(0, 0)
@@ -120,8 +126,10 @@ def _child(cfg: dict, out_w: int, err_w: int, status_w: int, install_filter) -> 
         os.dup2(devnull, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
-        os.closerange(3, status_w)
-        os.closerange(status_w + 1, 65536)
+        keep = sorted((status_w, go_r))
+        os.closerange(3, keep[0])
+        os.closerange(keep[0] + 1, keep[1])
+        os.closerange(keep[1] + 1, 65536)
         for sig in (signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGALRM):
             signal.signal(sig, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
@@ -145,6 +153,9 @@ def _child(cfg: dict, out_w: int, err_w: int, status_w: int, install_filter) -> 
                 raise OSError("the user switch did not take effect")
         os.chdir(cfg["cwd"])
         argv = [cfg["python"], *cfg.get("python_args", []), cfg["solution"]]
+        if os.read(go_r, 1) != b"g":
+            raise OSError("the launcher did not confirm the start")
+        os.close(go_r)
         if install_filter is not None:
             install_filter()
         os.execv(cfg["python"], argv)
@@ -153,6 +164,23 @@ def _child(cfg: dict, out_w: int, err_w: int, status_w: int, install_filter) -> 
             os.write(status_w, f"could not start the solution: {exc!r}".encode()[:4000])
         finally:
             os._exit(EXIT_CODE_EXEC_FAILED)
+
+
+def _private_ipc() -> str | None:
+    """Move this process (and so the solution) into a new IPC namespace; ``None`` or why not.
+
+    For the subprocess backend running as root: System V IPC and POSIX message queues made by the
+    solution then die with the namespace instead of outliving the execution on the host.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(CLONE_NEWIPC) != 0:
+            return os.strerror(ctypes.get_errno())
+    except (OSError, AttributeError, ImportError) as exc:
+        return repr(exc)
+    return None
 
 
 def _make_undumpable() -> None:
@@ -219,6 +247,9 @@ def _copy_submission(path: str, cap: int) -> dict:
 
 
 def run(cfg: dict) -> int:  # noqa: C901 (the complexity ratchet: split it when it is next changed)
+    # Python handles SIGINT itself; as PID 1 of a namespace the launcher is immune only to the
+    # signals it leaves at their default disposition (the kernel drops those from inside).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     wake_r, wake_w = os.pipe()
@@ -226,18 +257,31 @@ def run(cfg: dict) -> int:  # noqa: C901 (the complexity ratchet: split it when 
         os.set_inheritable(fd, False)
     os.set_blocking(wake_w, False)
     os.set_blocking(wake_r, False)
+    started = {}
+    if cfg.get("private_ipc"):
+        problem = _private_ipc()
+        started["private_ipc"] = problem is None
+        if problem is not None:
+            started["private_ipc_problem"] = problem
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
+    go_r, go_w = os.pipe2(os.O_CLOEXEC)
     program = bytes.fromhex(cfg["seccomp"]) if cfg.get("seccomp") else None
     install_filter = _seccomp_loader(program)
     start = time.monotonic()
     deadline = start + float(cfg["wall_time_s"])
     pid = os.fork()
     if pid == 0:
-        _child(cfg, out_w, err_w, status_w, install_filter)
+        _child(cfg, out_w, err_w, status_w, go_r, install_filter)
     _make_undumpable()
     os.close(out_w)
     os.close(err_w)
     os.close(status_w)
+    os.close(go_r)
+    # The host hears "started" before the child may exec: from here on, a launcher that stops
+    # without its exit frame was stopped by the solution, never by the harness.
+    send(KIND_STARTED, json.dumps({"pid": pid, "pgid": pid, **started}).encode())
+    _write_all(go_w, b"g")
+    os.close(go_w)
     # EOF on the status pipe: exec succeeded (the child's copy closed with it); bytes: it failed.
     failure = b""
     while True:
@@ -252,7 +296,6 @@ def run(cfg: dict) -> int:  # noqa: C901 (the complexity ratchet: split it when 
     # A SIGCHLD wakes the select below at once, so a finished solution is noticed without polling.
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w)
-    send(KIND_STARTED, json.dumps({"pid": pid, "pgid": pid}).encode())
 
     open_fds = {out_r: KIND_STDOUT, err_r: KIND_STDERR}
     status = rusage = None

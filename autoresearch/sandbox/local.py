@@ -193,6 +193,8 @@ class SubprocessSandbox(LocalSandbox):
             "cpus": cpus,
             "seccomp": seccomp,
             "drop_privileges": [user.uid, user.gid] if user.dedicated else None,
+            # As root the launcher can give the solution its own System V IPC and message queues.
+            "private_ipc": os.geteuid() == 0,
         }
 
         def kill(pid: int, started: dict | None) -> None:
@@ -203,6 +205,11 @@ class SubprocessSandbox(LocalSandbox):
 
         def after(started: dict | None) -> list[str]:
             warnings = []
+            if started and started.get("private_ipc") is False:
+                warnings.append(
+                    f"no private IPC namespace ({started.get('private_ipc_problem')}): the solution's "
+                    "System V IPC objects are purged after the run instead"
+                )
             if started and isinstance(started.get("pgid"), int):
                 kill_process_group(started["pgid"])
             strays = procscan.find_by_environ(marker)
@@ -226,6 +233,4 @@ class SubprocessSandbox(LocalSandbox):
             cwd=str(work),
             kill=kill,
             after=after,
-            # Under its own uid the solution cannot signal the (root) launcher.
-            launcher_killable=not user.dedicated,
         )

@@ -19,13 +19,14 @@ on the worker are retried on another node; when the tries run out the execution 
 
 Public data: a worker uses the task's folder in place when that path exists on its node with the
 same files (one machine, or a shared filesystem); otherwise (``ship_data``) the driver packs the
-folder once into Ray's object store and each node unpacks it once into a read-only local copy.
+folder once into Ray's object store and each node unpacks it once into a verified read-only copy
+(:class:`~.staging.StagingArea`: a parent only the worker's user may write, a manifest of hashes
+checked before every reuse), never reusing a folder it did not make.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import os
 import shutil
@@ -33,6 +34,7 @@ import socket
 import tarfile
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,6 +45,7 @@ from .factory import BACKENDS
 from .limits import Limits
 from .pool import SandboxPool, data_fingerprint
 from .result import ExecutionResult
+from .staging import StagingArea
 
 __all__ = ["RaySandbox", "SandboxWorker", "make_ray_sandbox_pool", "pool_metrics"]
 
@@ -70,12 +73,13 @@ class _Runner:
         self.host = socket.gethostname()
         self._data: dict[str, Path] = {}
         self._lock = threading.Lock()
+        self._staging = StagingArea(Path(tempfile.gettempdir()) / f"wmrl-ray-data-{os.geteuid()}")
 
     def _data_dir(self, job: dict[str, Any]) -> Path:
         key = job["fingerprint"]
         with self._lock:
-            if key in self._data:
-                return self._data[key]
+            if key in self._data and self._data[key] == Path(job["data_dir"]):
+                return self._data[key]  # the driver's own folder, in place
             path = Path(job["data_dir"])
             if (
                 (job["data"] is None or job["prefer_local"])
@@ -91,28 +95,23 @@ class _Runner:
                 )
             import ray
 
-            blob = ray.get(job["data"])
-            root = (
-                Path(tempfile.gettempdir()) / "wmrl-ray-data" / hashlib.sha256(key.encode()).hexdigest()[:24]
-            )
-            target = root / "public"
-            if not target.is_dir():
-                root.parent.mkdir(parents=True, exist_ok=True)
-                scratch = Path(tempfile.mkdtemp(prefix=".unpack-", dir=root.parent))
-                with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
-                    tar.extractall(scratch, filter="data")
-                for p in (scratch / "public").rglob("*"):
-                    p.chmod(0o444 if p.is_file() else 0o555)
-                (scratch / "public").chmod(0o555)
-                # mkdtemp made it 0700: the sandbox's dedicated user must read the copy in place
-                # (else each backend stages one more verified copy of it)
-                scratch.chmod(0o555)
-                try:
-                    scratch.rename(root)
-                except OSError:  # another worker of this node unpacked it first
-                    shutil.rmtree(scratch, ignore_errors=True)
-            self._data[key] = target
-            return target
+            return self._shipped_copy(key, lambda: ray.get(job["data"]))  # verified at each use
+
+    def _shipped_copy(self, key: str, blob: Callable[[], bytes]) -> Path:
+        """The node's verified read-only copy of shipped public data, unpacked once.
+
+        It lives in a :class:`~.staging.StagingArea` (a root-only parent, a manifest of every
+        file's hash, checked before each reuse): a folder someone else planted at a predictable
+        path -- a solution of the unisolated subprocess backend on this node, say -- is never
+        used (round three: such a plant once scored gold on a later isolated run).
+        """
+        found = self._staging.verified(key)
+        if found is not None:
+            return found
+        with tempfile.TemporaryDirectory(prefix="wmrl-unpack-") as scratch:
+            with tarfile.open(fileobj=io.BytesIO(blob()), mode="r:gz") as tar:
+                tar.extractall(scratch, filter="data")
+            return self._staging.stage(key, Path(scratch) / "public")
 
     def __call__(self, job: dict[str, Any]) -> dict[str, Any]:
         where = {"node": self.node, "host": self.host, "gpus": list(self.gpus)}

@@ -1,13 +1,31 @@
 """The seccomp filter every solution runs under, compiled by libseccomp (through ``pyseccomp``).
 
-The filter is a *deny list* on top of the namespaces and the unprivileged user: the system calls
-below fail with ``EPERM`` (``clone3`` with ``ENOSYS``, so that the C library falls back to
-``clone``, whose flags a filter can inspect -- Docker's default profile does the same). Docker's
-default profile (moby ``profiles/seccomp/default.json``) is the reference; it blocks these too,
-except ``ptrace`` (allowed there on kernels >= 4.8) and the affinity call. Unlike Docker's profile,
-which allows a list and refuses the rest, unknown system calls are allowed here: the list says
-what the filter stops, the kernel's namespaces and permissions are the boundary for everything
-else (``docs/sandbox.md``).
+The filter refuses, on top of the namespaces and the unprivileged user:
+
+- **whole system calls** (:data:`DENIED_SYSCALLS`): they fail with ``EPERM`` (``clone3`` with
+  ``ENOSYS``, so that the C library falls back to ``clone``, whose flags a filter can inspect --
+  Docker's default profile does the same; the notification and asynchronous-I/O calls with
+  ``ENOSYS``, so that libraries fall back to polling and plain I/O);
+- **socket families by an allow list** (:data:`ALLOWED_SOCKET_FAMILIES`): ``socket`` and
+  ``socketpair`` of any other family fail with ``EAFNOSUPPORT``. A network namespace covers the
+  allowed ones; some families (``AF_VSOCK`` and others) are machine-wide whatever the namespace;
+- **calls aimed at the launcher** (:data:`LAUNCHER_PID`, the PID-1 launcher of bubblewrap and
+  Docker): no signal of any kind, no ``pidfd`` for it, and ``prlimit`` on any process but the
+  caller itself. A solution that killed its launcher or lowered its limits used to turn its
+  failure into a harness error (grade unknown, removed from training);
+- **locks and watches on shared inodes** (:data:`LOCK_FCNTL_COMMANDS`, ``flock``, ``inotify``):
+  concurrent sandboxes share read-only inodes (``/usr``, the solution environment, staged public
+  data); a lock or a watch needs only a read-only descriptor, so they would be a channel between
+  rollouts. ``flock`` fails with ``ENOSYS`` (``filelock`` then says so at once instead of waiting
+  for a lock that never comes) and ``fcntl`` record locks with ``ENOLCK`` ("no locks available").
+
+Everything else is allowed: the kernel's namespaces and permissions are the boundary there. The
+choice of a deny list of system calls over an allow list like Docker's default profile is argued
+in ``docs/sandbox.md``: this filter stacks on Docker's profile where Docker runs, and an allow list
+of its own would break scientific libraries on each kernel and C-library update for calls the
+namespaces already confine. Arguments are compared as the kernel reads them: a 32-bit argument
+(``pid_t``, ``int``, ``unsigned int``) through its low 32 bits, so a value with high bits set cannot
+slip past an equality test.
 
 The host compiles the filter to classic BPF once per configuration (libseccomp adds the
 architecture check: i386/x32 system calls kill the caller) and hands the bytes to the in-sandbox
@@ -17,11 +35,23 @@ before ``exec`` -- after its own set-up (limits, CPU pinning, dropping privilege
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import tempfile
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["CLONE_NAMESPACE_FLAGS", "DENIED_SYSCALLS", "compile_filter", "seccomp_problem"]
+__all__ = [
+    "ALLOWED_SOCKET_FAMILIES",
+    "CLONE_NAMESPACE_FLAGS",
+    "DENIED_SYSCALLS",
+    "LAUNCHER_PID",
+    "LOCK_FCNTL_COMMANDS",
+    "NOSYS_SYSCALLS",
+    "compile_filter",
+    "seccomp_problem",
+]
 
 # System call -> why a solution must not make it.
 DENIED_SYSCALLS: dict[str, str] = {
@@ -85,7 +115,61 @@ DENIED_SYSCALLS: dict[str, str] = {
     "set_mempolicy": "NUMA memory placement",
     "move_pages": "moving other processes' pages",
     "migrate_pages": "moving other processes' pages",
+    # A pidfd reaches a process by a /proc/<pid> folder too, which the solution may open: the
+    # launcher's included (round three). A solution signals its own children with kill().
+    "pidfd_send_signal": "signalling through a pidfd (reaches the launcher via /proc/1)",
 }
+# Refused with ENOSYS (callers fall back): kernel objects whose quota or event stream is
+# machine-wide, not per namespace or per user.
+NOSYS_SYSCALLS: dict[str, str] = {
+    # /proc/sys/fs/aio-max-nr is one counter for the whole machine (round three: a solution took
+    # it all and root on the host failed until the run ended).
+    "io_setup": "asynchronous I/O contexts (a machine-wide quota)",
+    "io_destroy": "asynchronous I/O",
+    "io_submit": "asynchronous I/O",
+    "io_cancel": "asynchronous I/O",
+    "io_getevents": "asynchronous I/O",
+    "io_pgetevents": "asynchronous I/O",
+    # A watch on a shared read-only inode sees other sandboxes open and read it.
+    "inotify_init": "file watches (see other rollouts' accesses to shared files)",
+    "inotify_init1": "file watches",
+    "inotify_add_watch": "file watches",
+    # Shared read-only inodes take advisory locks from a read-only descriptor: a channel.
+    "flock": "advisory locks on shared read-only files (a channel between rollouts)",
+}
+# socket()/socketpair() families a solution may create (everything else: EAFNOSUPPORT).
+# AF_UNIX, AF_INET, AF_INET6: what Python, numpy's and torch's process pools and a local
+# loopback need; the network namespace confines them. AF_NETLINK: the C library's
+# getaddrinfo/getifaddrs ask the routing table of the (private) namespace, so only the
+# NETLINK_ROUTE protocol is allowed; other netlink protocols reach machine-wide event streams.
+AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
+NETLINK_ROUTE = 0
+ALLOWED_SOCKET_FAMILIES: dict[int, str] = {
+    AF_UNIX: "AF_UNIX",
+    AF_INET: "AF_INET",
+    AF_INET6: "AF_INET6",
+    AF_NETLINK: "AF_NETLINK (NETLINK_ROUTE only)",
+}
+# Every family number below this is listed one by one; anything at or above it is refused by one
+# range rule (the kernel's AF_MAX is 46 in Linux 6.x).
+_FAMILY_RULES_UP_TO = 64
+# The launcher's PID inside bubblewrap's and Docker's PID namespaces.
+LAUNCHER_PID = 1
+# fcntl() commands that take, test or watch locks, leases and directory notifications.
+LOCK_FCNTL_COMMANDS: dict[int, str] = {
+    5: "F_GETLK",
+    6: "F_SETLK",
+    7: "F_SETLKW",
+    36: "F_OFD_GETLK",
+    37: "F_OFD_SETLK",
+    38: "F_OFD_SETLKW",
+    1024: "F_SETLEASE",
+    1025: "F_GETLEASE",
+    1026: "F_NOTIFY",
+}
+# Calls that name a target process in their first argument: refused when it is the launcher.
+_AIMED_AT_A_PROCESS = ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open")
+_LOW32 = 0xFFFFFFFF
 # Only where no cgroup cpuset bounds the CPUs: then the launcher's pinning is the bound, and the
 # solution must not widen it (a red team re-pinned itself onto every core).
 AFFINITY_SYSCALL = "sched_setaffinity"
@@ -118,18 +202,29 @@ def compile_filter(deny_affinity: bool) -> bytes:
     import pyseccomp as sc
 
     flt = sc.SyscallFilter(defaction=sc.ALLOW)
-    denied = [*DENIED_SYSCALLS, *([AFFINITY_SYSCALL] if deny_affinity else [])]
-    for name in denied:
-        try:
-            flt.add_rule(sc.ERRNO(errno.EPERM), name)
-        except (RuntimeError, ValueError, OSError):
-            continue  # a call this architecture does not have (iopl on arm64, ...)
+
+    def rule(errno_value: int, name: str, *args: object) -> None:
+        if args:  # a rule on arguments of a call every architecture has: it must take
+            flt.add_rule(sc.ERRNO(errno_value), name, *args)
+            return
+        # a whole call this architecture may not have (iopl on arm64, ...)
+        with contextlib.suppress(RuntimeError, ValueError, OSError):
+            flt.add_rule(sc.ERRNO(errno_value), name)
+
+    for name in [*DENIED_SYSCALLS, *([AFFINITY_SYSCALL] if deny_affinity else [])]:
+        rule(errno.EPERM, name)
+    for name in NOSYS_SYSCALLS:
+        rule(errno.ENOSYS, name)
     # One rule per flag: libseccomp compares (arg & mask) == value, so "any flag set" is 7 rules.
     for bit in range(32):
         flag = 1 << bit
         if CLONE_NAMESPACE_FLAGS & flag:
-            flt.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
-    flt.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+            rule(errno.EPERM, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+    rule(errno.ENOSYS, "clone3")
+    _socket_rules(sc, rule)
+    _launcher_rules(sc, rule)
+    for command in LOCK_FCNTL_COMMANDS:
+        rule(errno.ENOLCK, "fcntl", sc.Arg(1, sc.MASKED_EQ, _LOW32, command))
     with tempfile.TemporaryFile() as f:
         flt.export_bpf(f)
         f.seek(0)
@@ -137,3 +232,31 @@ def compile_filter(deny_affinity: bool) -> bytes:
     if not program or len(program) % 8:
         raise RuntimeError(f"libseccomp exported {len(program)} bytes, not a whole BPF program")
     return program
+
+
+def _socket_rules(sc: Any, rule: Callable[..., None]) -> None:
+    """The allow list of socket families, as refusals of every other family number.
+
+    libseccomp takes one comparison per argument and rule, so "not one of these" is written as
+    one rule per refused number below :data:`_FAMILY_RULES_UP_TO` plus one for every value at or
+    above it (that one compares all 64 bits: a family with high bits set is refused too).
+    """
+    for call in ("socket", "socketpair"):
+        for family in range(_FAMILY_RULES_UP_TO):
+            if family not in ALLOWED_SOCKET_FAMILIES:
+                rule(errno.EAFNOSUPPORT, call, sc.Arg(0, sc.EQ, family))
+        rule(errno.EAFNOSUPPORT, call, sc.Arg(0, sc.GE, _FAMILY_RULES_UP_TO))
+        # Netlink: the routing protocol only (any other value, high bits included, is refused).
+        rule(errno.EPROTONOSUPPORT, call, sc.Arg(0, sc.EQ, AF_NETLINK), sc.Arg(2, sc.NE, NETLINK_ROUTE))
+
+
+def _launcher_rules(sc: Any, rule: Callable[..., None]) -> None:
+    """No signal, pidfd or resource-limit change reaches the launcher (PID 1 of the sandbox)."""
+    for call in _AIMED_AT_A_PROCESS:
+        rule(errno.EPERM, call, sc.Arg(0, sc.MASKED_EQ, _LOW32, LAUNCHER_PID))
+    # tgkill(tgid, tid, sig) names the thread second as well.
+    rule(errno.EPERM, "tgkill", sc.Arg(1, sc.MASKED_EQ, _LOW32, LAUNCHER_PID))
+    rule(errno.EPERM, "rt_tgsigqueueinfo", sc.Arg(1, sc.MASKED_EQ, _LOW32, LAUNCHER_PID))
+    # prlimit on oneself (pid 0, which setrlimit() uses) only: lowering the launcher's limits
+    # made it fail before it reported. Any other pid, however written, is refused.
+    rule(errno.EPERM, "prlimit64", sc.Arg(0, sc.NE, 0))

@@ -117,19 +117,30 @@ class StagingArea:
 
     def stage(self, key: str, source: Path) -> Path:
         """A verified read-only copy of ``source`` under ``key`` (made or reused)."""
+        with self._lock:
+            found = self._reuse(key)
+            return found if found is not None else self._make(self.root / key, Path(source))
+
+    def verified(self, key: str) -> Path | None:
+        """The copy under ``key`` if it exists and verifies (an altered one is thrown away), else
+        ``None``: for callers that make the source only when no copy is there."""
+        with self._lock:
+            return self._reuse(key)
+
+    # -- internals ----------------------------------------------------------------------------
+    def _reuse(self, key: str) -> Path | None:
         if "/" in key or key in ("", ".", ".."):
             raise ValueError(f"staging key must be a plain name; got {key!r}")
         entry = self.root / key
-        with self._lock:
-            if entry.exists():
-                if self._verify(entry):
-                    return entry / "public"
-                self.restaged += 1
-                log.warning("staged copy %s was altered; making it again", entry)
-                self._discard(entry)
-            return self._make(entry, Path(source))
+        if not os.path.lexists(entry):
+            return None
+        if self._verify(entry):
+            return entry / "public"
+        self.restaged += 1
+        log.warning("staged copy %s was altered; making it again", entry)
+        self._discard(entry)
+        return None
 
-    # -- internals ----------------------------------------------------------------------------
     def _make(self, entry: Path, source: Path) -> Path:
         scratch = Path(tempfile.mkdtemp(prefix=f".{entry.name}-", dir=self.root))
         public = scratch / "public"

@@ -94,10 +94,6 @@ class SpawnSpec:
         kill: kills the whole execution given the spawned pid and the launcher's ``started``
             frame (or ``None`` before it arrived); must be idempotent.
         after: called once the spawned process was reaped (stray-process cleanup); returns warnings.
-        launcher_killable: whether the solution can signal its launcher (the subprocess backend:
-            same user, same PID namespace). A launcher that dies of a signal nobody on our side
-            sent is then blamed on the solution (``killed``), not reported as a harness error,
-            so a solution cannot make its failure "unknown" by killing its parent.
         pass_fds: descriptors the spawned command inherits (bubblewrap's ``--args`` pipe); the
             supervisor closes its own copies once the command was spawned (or failed to be).
     """
@@ -108,7 +104,6 @@ class SpawnSpec:
     kill: Callable[[int, dict | None], None]
     after: Callable[[dict | None], list[str]] | None = None
     pass_fds: tuple[int, ...] = ()
-    launcher_killable: bool = False
 
 
 @dataclass
@@ -130,7 +125,6 @@ class RawOutcome:
     submission_over_cap: bool = False
     cgroup_stats: CgroupStats | None = None
     watchdog_max_tasks: int | None = None
-    launcher_killable: bool = False
     warnings: list[str] = field(default_factory=list)
 
 
@@ -234,7 +228,6 @@ def supervise(  # noqa: C901 (the complexity ratchet: split it when it is next c
     out = RawOutcome(
         stdout=Tail(limits.tail_bytes),
         stderr=Tail(limits.tail_bytes),
-        launcher_killable=spec.launcher_killable,
     )
     argv = list(spec.argv)
     if cgroup is not None:
@@ -400,6 +393,13 @@ def classify(out: RawOutcome, limits: Limits) -> Classification:  # noqa: C901 (
     if out.host_kill is not None:
         kind, message = out.host_kill
         if kind == "protocol":
+            if out.started is not None:  # the solution runs only after "started" (see above)
+                return Classification(
+                    "killed",
+                    f"{message} after the solution started; the solution is held responsible",
+                    None,
+                    None,
+                )
             return Classification("harness_error", message, None, None)
         return Classification("timeout" if kind == "timeout" else "killed", message, None, None)
     info = out.exit_info
@@ -408,12 +408,20 @@ def classify(out: RawOutcome, limits: Limits) -> Classification:  # noqa: C901 (
             return Classification(
                 "killed", "memory limit: the cgroup's OOM killer ended the execution", None, signal.SIGKILL
             )
-        if out.launcher_killable and out.wait_status is not None and os.WIFSIGNALED(out.wait_status):
-            sig = os.WTERMSIG(out.wait_status)
+        if out.started is not None:
+            # The launcher sends "started" before the solution may exec: once it did, only the
+            # solution can have stopped it (a signal, a lowered limit, a crash it provoked). A
+            # harness error here would grade the rollout "unknown" and drop it from training: a
+            # lever a policy under RL finds.
+            how = (
+                f"killed by {_signame(os.WTERMSIG(out.wait_status))}"
+                if out.wait_status is not None and os.WIFSIGNALED(out.wait_status)
+                else out.protocol_error or "ended"
+            )
             return Classification(
                 "killed",
-                f"the launcher was killed by {_signame(sig)} before it reported; on this backend the solution "
-                "can signal it, so the solution is held responsible",
+                f"the launcher stopped ({how}) after the solution started and before it reported; "
+                "the solution is held responsible",
                 None,
                 None,
             )

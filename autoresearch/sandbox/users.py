@@ -24,11 +24,15 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
+import stat
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from .purge import purge_uid
 
 __all__ = ["DEFAULT_UID_BASE", "DEFAULT_UID_COUNT", "SandboxUser", "UserPool", "user_policy"]
 
@@ -36,6 +40,7 @@ __all__ = ["DEFAULT_UID_BASE", "DEFAULT_UID_COUNT", "SandboxUser", "UserPool", "
 # classic subuid ranges start at 100000 in steps of 65536, so this block sits in their gap.
 DEFAULT_UID_BASE = 262_144
 DEFAULT_UID_COUNT = 64
+log = logging.getLogger("wmrl.autoresearch.sandbox")
 _LOCK_DIR = Path("/run/wmrl-sandbox-users") if os.path.isdir("/run") else Path("/tmp/wmrl-sandbox-users")
 
 
@@ -85,6 +90,13 @@ class UserPool:
 
     def _try_lock(self, uid: int) -> int | None:
         self.lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(self.lock_dir)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            # Someone else made it first (it may fall back under /tmp): they could hold our locks.
+            raise PermissionError(
+                f"the sandbox users' lock folder {self.lock_dir} must be a folder of uid {os.geteuid()} "
+                f"that nobody else can open (found owner {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o})"
+            )
         # Root-only files: a solution (which never runs as root) cannot open one to hold its lock.
         fd = os.open(self.lock_dir / f"uid-{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
@@ -107,6 +119,11 @@ class UserPool:
                     fd = self._try_lock(uid)
                     if fd is not None:
                         self._held[uid] = fd
+                        # Whatever an earlier holder (another process, a crashed trainer) left
+                        # as this uid goes before it runs again.
+                        leftovers = purge_uid(uid, uid).summary()
+                        if leftovers:
+                            log.warning("sandbox user %d: %s", uid, leftovers)
                         return SandboxUser(uid, uid)
                 # Another process may hold the rest: poll, and wake at once on a local release.
                 if deadline is not None and time.monotonic() >= deadline:

@@ -7,7 +7,13 @@ are retried elsewhere or come back unknown with the reason, and none is scored 0
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import shutil
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -275,3 +281,53 @@ def test_the_training_config_builds_its_anchor_on_the_ray_pool(ray_cluster, task
         from_dict(TrainConfig, {"sandbox": {"pool": "ray", "backend": "subprocess", "workers": 3}})
     with pytest.raises(ConfigError, match="must be named"):
         from_dict(TrainConfig, {"sandbox": {"pool": "ray", "backend": "auto", "workers": 1}})
+
+
+LIST_DATA = (
+    'import os, json\nprint("FILES=" + json.dumps(sorted(os.listdir(os.environ["DATA_DIR"]))))\n'
+    + TOY_SOLUTION
+)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="planting as another user needs root")
+def test_shipped_data_never_reuses_a_folder_someone_else_planted(ray_cluster, task):
+    """Round three, hole 5: a worker reused whatever it found at the predictable unpack path of
+    shipped data; a subprocess-backend solution planted answers there and a later isolated run on
+    the Ray pool scored gold. Planted at the old path and at the new staging root (made first, by
+    another uid, with a forged manifest), neither is used: the node unpacks and verifies its own."""
+    from wmrl.autoresearch.sandbox import Limits
+    from wmrl.autoresearch.sandbox.pool import data_fingerprint
+
+    key = data_fingerprint(task.public_dir)
+    tmp = Path(tempfile.gettempdir())
+    attacker = 300_200
+    old_root = tmp / "wmrl-ray-data" / hashlib.sha256(key.encode()).hexdigest()[:24]
+    new_root = tmp / f"wmrl-ray-data-{os.geteuid()}"
+    aside = tmp / f"wmrl-ray-data-aside-{os.getpid()}"
+    if new_root.exists():
+        new_root.rename(aside)
+    planted = []
+    try:
+        for public in (old_root / "public", new_root / key / "public"):
+            shutil.copytree(task.public_dir, public)
+            (public / "answers.csv").write_text("id,y\n1,0.5\n")
+            (public.parent / "manifest.json").write_text("{}")
+            planted.append(public.parent)
+        for folder in {old_root.parent, old_root, new_root, *planted}:
+            for path in [folder, *folder.rglob("*")]:
+                os.chown(path, attacker, attacker)
+        pool = _pool(RayPoolConfig(slots=1, resources={"sandbox": 1}), cache=None, ship_data="always")
+        try:
+            result = pool.run(LIST_DATA, task.public_dir, Limits())
+        finally:
+            pool.sandbox.close()
+            pool.close()
+        assert result.status == "ok", result.reason
+        (line,) = [x for x in result.stdout_tail.splitlines() if x.startswith("FILES=")]
+        assert "answers.csv" not in json.loads(line[len("FILES=") :])
+        assert sorted(json.loads(line[len("FILES=") :])) == sorted(os.listdir(task.public_dir))
+    finally:
+        shutil.rmtree(old_root.parent, ignore_errors=True)
+        shutil.rmtree(new_root, ignore_errors=True)
+        if aside.exists():
+            aside.rename(new_root)

@@ -1,0 +1,148 @@
+"""Everything a dedicated sandbox uid owns on the host, removed before that uid runs again.
+
+A solution on the subprocess backend shares the host's ``/tmp``, ``/dev/shm`` and (without a
+private IPC namespace) its System V IPC: what it leaves there outlives the execution and its
+cgroup, stays resident, and is charged to a uid that a later execution -- an isolated one too --
+reuses (round three of the red team). The isolated backends give each execution private copies
+of all of these; the purge is what makes a reused uid start clean whatever ran as it before.
+
+:func:`purge_uid` kills the uid's processes, removes its System V shared memory, message queues
+and semaphore sets, and deletes every file and folder it owns in the host's world-writable
+folders (:data:`WORLD_WRITABLE_ROOTS`, and any world-writable folder below them: those are the
+only places an unprivileged uid can create entries that outlive its own folders). It runs as
+root, never follows a symbolic link, and never enters a folder the uid could not write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import procscan
+
+__all__ = ["WORLD_WRITABLE_ROOTS", "Purged", "purge_uid", "sysv_objects"]
+
+#: Host folders any user may create entries in (the sticky temp folders, POSIX shared memory
+#: and message queues, lock folders).
+WORLD_WRITABLE_ROOTS = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock", "/var/lock")
+_IPC_RMID = 0
+# /proc/sysvipc/<kind>: the column of the object's id, and the control call that removes it.
+_SYSV = {"shm": ("shmid", "shmctl"), "msg": ("msqid", "msgctl"), "sem": ("semid", "semctl")}
+# How deep the file sweep goes below a root (a solution could nest world-writable folders).
+_MAX_DEPTH = 32
+
+
+@dataclass
+class Purged:
+    """What :func:`purge_uid` removed (counts), and what it could not remove (messages)."""
+
+    processes: int = 0
+    ipc_objects: int = 0
+    paths: int = 0
+    failures: list[str] = field(default_factory=list)
+
+    def summary(self) -> str | None:
+        """One line for the execution's warnings, or ``None`` when nothing was left behind."""
+        if not (self.processes or self.ipc_objects or self.paths or self.failures):
+            return None
+        text = (
+            f"removed what the sandbox user left on the host: {self.processes} process(es), "
+            f"{self.ipc_objects} System V IPC object(s), {self.paths} file(s) or folder(s)"
+        )
+        return text + (f"; could not remove: {'; '.join(self.failures[:5])}" if self.failures else "")
+
+
+def sysv_objects(uid: int) -> list[tuple[str, int]]:
+    """``(kind, id)`` of every System V IPC object of this IPC namespace owned or created by ``uid``."""
+    found = []
+    for kind, (id_column, _) in _SYSV.items():
+        try:
+            lines = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()
+        except OSError:
+            continue
+        if not lines:
+            continue
+        header = lines[0].split()
+        try:
+            at_id, at_uid, at_cuid = header.index(id_column), header.index("uid"), header.index("cuid")
+        except ValueError:
+            continue
+        for line in lines[1:]:
+            cols = line.split()
+            with contextlib.suppress(IndexError, ValueError):
+                if uid in (int(cols[at_uid]), int(cols[at_cuid])):
+                    found.append((kind, int(cols[at_id])))
+    return found
+
+
+def _remove_sysv(kind: str, ident: int) -> str | None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    call = getattr(libc, _SYSV[kind][1])
+    rc = call(ident, 0, _IPC_RMID, None) if kind == "sem" else call(ident, _IPC_RMID, None)
+    if rc != 0:
+        err = ctypes.get_errno()
+        return f"{kind} {ident}: {os.strerror(err)}"
+    return None
+
+
+def _remove(path: str, st: os.stat_result) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path)  # never follows links (rmtree refuses a link as its root)
+    else:
+        os.unlink(path)
+
+
+def _sweep(folder: str, uid: int, gid: int, out: Purged, depth: int) -> None:
+    """Delete ``uid``'s entries in ``folder``; enter folders the uid (or anyone) may write."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if st.st_uid == uid:
+            try:
+                _remove(entry.path, st)
+                out.paths += 1
+            except OSError as exc:
+                out.failures.append(f"{entry.path}: {exc.strerror or exc}")
+            continue
+        writable_by_uid = st.st_mode & stat.S_IWOTH or (st.st_gid == gid and st.st_mode & stat.S_IWGRP)
+        if stat.S_ISDIR(st.st_mode) and writable_by_uid and depth < _MAX_DEPTH:
+            _sweep(entry.path, uid, gid, out, depth + 1)
+
+
+def purge_uid(uid: int, gid: int, roots: tuple[str, ...] = WORLD_WRITABLE_ROOTS) -> Purged:
+    """Remove everything ``uid`` left on this host (see the module docstring). Root only.
+
+    Args:
+        uid, gid: the dedicated sandbox user (never an account: the caller holds it exclusively).
+        roots: the world-writable folders to sweep.
+    """
+    if os.geteuid() != 0:
+        raise PermissionError("purging a sandbox user's leftovers needs root")
+    if uid < 1000:
+        raise ValueError(f"refusing to purge uid {uid}: not a dedicated sandbox user")
+    out = Purged()
+    strays = procscan.find_by_uid(uid)
+    if strays:
+        procscan.kill_pids(strays)
+        out.processes = len(strays)
+    for kind, ident in sysv_objects(uid):
+        problem = _remove_sysv(kind, ident)
+        if problem is None:
+            out.ipc_objects += 1
+        else:
+            out.failures.append(problem)
+    for root in roots:
+        if os.path.isdir(root) and not os.path.islink(root):
+            _sweep(root, uid, gid, out, 0)
+    return out

@@ -1,0 +1,403 @@
+"""Red team, round three (issue 35): the six hole kinds and their neighbours, on every backend here.
+
+1. a solution cannot make its failure "unknown" by attacking its launcher (signals, pidfds,
+   ``prlimit``), and a launcher that stops after the solution started is the solution's failure;
+2. socket families are an allow list (``AF_VSOCK`` and the rest are machine-wide);
+3. host-wide kernel quotas (asynchronous I/O) are out of reach;
+4. locks and watches on shared read-only inodes are no channel between concurrent rollouts;
+5. nothing the trusted side reuses is taken on trust (the Ray pool's shipped data: in
+   ``test_sandbox_ray.py``, which has the cluster), nor the sandbox users' lock folder;
+6. nothing a solution leaves in the host's ``/tmp``, ``/dev/shm`` or System V IPC outlives it,
+   and a reused uid starts clean.
+
+And the neighbour found reading the code: only UTF-8 source runs (a coding cookie made the
+interpreter run a program the syntax check never saw).
+
+Every backend runs for real: bubblewrap, Docker (CI starts an engine) and the subprocess backend.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import textwrap
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from wmrl.autoresearch.sandbox import Limits
+from wmrl.autoresearch.sandbox.supervisor import RawOutcome, Tail, classify
+
+LIMITS = Limits(wall_time_s=20, memory_mb=1024, max_processes=64, threads=1, disk_mb=64, file_size_mb=64)
+ALL = [
+    pytest.param("bwrap", marks=pytest.mark.bwrap),
+    pytest.param("docker", marks=pytest.mark.docker),
+    "subprocess",
+]
+
+
+@pytest.fixture(params=ALL)
+def sb(request, sandboxes):
+    return sandboxes(request.param)
+
+
+@pytest.fixture
+def data(tmp_path) -> Path:
+    d = tmp_path / "public"
+    d.mkdir()
+    (d / "train.csv").write_text("id,x,y\n" + "".join(f"{i},{i % 3},{i % 2}\n" for i in range(30)))
+    return d
+
+
+def run(sb, code: str, data: Path, limits: Limits = LIMITS):
+    return sb.run(textwrap.dedent(code), data, limits)
+
+
+def report(result) -> dict:
+    """The JSON object the probe printed last."""
+    lines = [line for line in result.stdout_tail.splitlines() if line.startswith("{")]
+    assert lines, (result.status, result.reason, result.stderr_tail[-2000:])
+    return json.loads(lines[-1])
+
+
+PROBE_HEADER = """
+import ctypes, errno, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+out = {}
+def call(name, nr, *args):
+    rc = libc.syscall(nr, *[ctypes.c_long(a) for a in args])
+    out[name] = "ok" if rc >= 0 else errno.errorcode.get(ctypes.get_errno(), ctypes.get_errno())
+"""
+
+# -- hole 1: the launcher is out of the solution's reach -------------------------------------------
+
+LAUNCHER_ATTACKS = (
+    PROBE_HEADER
+    + """
+import resource, signal
+parent = os.getppid()
+for target in sorted({1, parent}):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        call(f"kill {target} {sig.name}", 62, target, sig)
+    call(f"kill {target} high bits", 62, (1 << 32) | target, signal.SIGINT)
+    call(f"tkill {target}", 200, target, signal.SIGINT)
+    call(f"tgkill {target}", 234, target, target, signal.SIGINT)
+    call(f"pidfd_open {target}", 434, target, 0)
+    for name, res in (("NOFILE", resource.RLIMIT_NOFILE), ("AS", resource.RLIMIT_AS), ("CPU", resource.RLIMIT_CPU)):
+        try:
+            resource.prlimit(target, res, (1, 1))
+            out[f"prlimit {target} {name}"] = "ok"
+        except OSError as exc:
+            out[f"prlimit {target} {name}"] = errno.errorcode.get(exc.errno, exc.errno)
+# a pidfd by the /proc folder of PID 1
+try:
+    fd = os.open("/proc/1", os.O_RDONLY | os.O_DIRECTORY)
+    call("pidfd_send_signal /proc/1", 424, fd, signal.SIGINT, 0, 0)
+except OSError as exc:
+    out["pidfd_send_signal /proc/1"] = "open failed"
+# its own limits stay its own to lower
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+out["own setrlimit"] = "ok"
+print(json.dumps(out), flush=True)
+raise SystemExit(1)  # a bad outcome it would like to see masked
+"""
+)
+
+
+def test_a_solution_cannot_stop_its_launcher_to_mask_its_failure(sb, data):
+    """Round three, hole 1: signalling the launcher (PID 1 of bwrap's and Docker's namespaces: Python's
+    SIGINT handler made it killable) or lowering its limits with ``prlimit`` made it die before it
+    reported, and the failure came back as a harness error, graded unknown."""
+    res = run(sb, LAUNCHER_ATTACKS, data)
+    assert res.status == "error" and res.exit_code == 1, (res.status, res.reason)
+    got = report(res)
+    assert got.pop("own setrlimit") == "ok"
+    if sb.name == "subprocess" and os.geteuid() != 0:
+        pytest.skip("without root the subprocess backend runs the solution as the launcher's own user")
+    # A pidfd of a process it may not signal is harmless (every signal through a pidfd is refused);
+    # for PID 1, the sandbox's launcher, the filter refuses the pidfd itself.
+    reached = {
+        k: v for k, v in got.items() if v == "ok" and not (k.startswith("pidfd_open") and k != "pidfd_open 1")
+    }
+    assert got["pidfd_send_signal /proc/1"] != "ok"
+    assert not reached, reached
+
+
+def _outcome(*, started: bool, exit_info: dict | None, wait_status: int | None = 9) -> RawOutcome:
+    return RawOutcome(
+        stdout=Tail(100),
+        stderr=Tail(100),
+        started={"pid": 2, "pgid": 2} if started else None,
+        exit_info=exit_info,
+        wait_status=wait_status,
+    )
+
+
+def test_a_launcher_that_stops_after_the_start_is_the_solutions_failure():
+    """Classification: once ``started`` arrived (it is sent before the solution may ``exec``), a
+    launcher that never reports is ``killed``, never a harness error; before it, a harness error."""
+    after = classify(_outcome(started=True, exit_info=None), LIMITS)
+    assert after.status == "killed" and "held responsible" in after.reason
+    assert "SIGKILL" in after.reason
+    ended = classify(_outcome(started=True, exit_info=None, wait_status=1 << 8), LIMITS)
+    assert ended.status == "killed"
+    before = classify(_outcome(started=False, exit_info=None), LIMITS)
+    assert before.status == "harness_error"
+    protocol = _outcome(started=True, exit_info=None)
+    protocol.host_kill = ("protocol", "bad launcher frame: unknown launcher frame kind b'z'")
+    assert classify(protocol, LIMITS).status == "killed"
+    protocol.started = None
+    assert classify(protocol, LIMITS).status == "harness_error"
+
+
+def test_the_started_frame_precedes_the_solutions_first_line(sb, data):
+    """The solution's first statement interrupts what it can reach of its launcher (SIGINT: Python's
+    handler once made PID 1 take it): whatever happens, the outcome is the solution's, never a
+    harness error, on every backend."""
+    code = "import os, signal\nfor p in (1, os.getppid()):\n    try:\n        os.kill(p, signal.SIGINT)\n    except OSError:\n        pass\nraise SystemExit(3)\n"
+    res = run(sb, code, data)
+    assert res.status != "harness_error", res.reason
+    assert res.status in ("error", "killed"), res
+
+
+# -- hole 2: socket families are an allow list ------------------------------------------------------
+
+SOCKETS = (
+    PROBE_HEADER
+    + """
+import socket
+made = []
+for family in range(64):
+    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_RAW, socket.SOCK_SEQPACKET):
+        try:
+            socket.socket(family, kind, 0).close()
+            made.append(family)
+            break
+        except OSError:
+            pass
+out["families"] = sorted(set(made))
+call("vsock high bits", 41, (1 << 32) | 40, 1, 0)
+call("netlink uevent", 41, 16, 3, 15)
+call("netlink route", 41, 16, 3, 0)
+a, b = socket.socketpair()
+out["socketpair"] = "ok"
+out["getaddrinfo"] = bool(socket.getaddrinfo("localhost", 80))
+print(json.dumps(out), flush=True)
+"""
+)
+
+
+def test_only_the_allowed_socket_families_can_be_created(sb, data):
+    """Round three, hole 2: from its private network namespace a solution bound a port in the
+    machine-wide vsock space. Only AF_UNIX, AF_INET, AF_INET6 and routing netlink are allowed."""
+    res = run(sb, SOCKETS, data)
+    assert res.status == "ok", (res.reason, res.stderr_tail[-2000:])
+    got = report(res)
+    assert set(got["families"]) <= {1, 2, 10, 16}, got["families"]
+    assert 40 not in got["families"]  # AF_VSOCK
+    assert got["vsock high bits"] == "EAFNOSUPPORT"
+    assert got["netlink uevent"] == "EPROTONOSUPPORT"
+    assert got["netlink route"] == "ok" and got["socketpair"] == "ok" and got["getaddrinfo"]
+
+
+# -- hole 3: host-wide quotas -------------------------------------------------------------------------
+
+AIO = (
+    PROBE_HEADER
+    + """
+ctx = ctypes.c_ulong(0)
+call("io_setup", 206, 65536, ctypes.addressof(ctx))
+print(json.dumps(out), flush=True)
+"""
+)
+
+
+def test_asynchronous_io_contexts_are_refused(sb, data):
+    """Round three, hole 3: ``/proc/sys/fs/aio-max-nr`` is one counter for the whole machine; a solution
+    took it all and root on the host failed until the run ended."""
+    res = run(sb, AIO, data)
+    assert res.status == "ok", res.reason
+    assert report(res)["io_setup"] == "ENOSYS"
+
+
+# -- hole 4: locks and watches on shared inodes -------------------------------------------------------
+
+LOCKS = (
+    PROBE_HEADER
+    + """
+import fcntl, sys, time
+fd = os.open(sys.executable, os.O_RDONLY)  # a shared read-only inode (the solution environment)
+for name, fn in (
+    ("flock", lambda: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)),
+    ("lockf", lambda: fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)),
+    ("getlk", lambda: fcntl.fcntl(fd, fcntl.F_GETLK, bytes(32))),
+    ("ofd", lambda: fcntl.fcntl(fd, 37, bytes(32))),
+    ("lease", lambda: fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)),
+    ("notify", lambda: fcntl.fcntl(os.open(os.path.dirname(sys.executable), os.O_RDONLY), fcntl.F_NOTIFY, 1)),
+):
+    try:
+        fn()
+        out[name] = "ok"
+    except OSError as exc:
+        out[name] = errno.errorcode.get(exc.errno, exc.errno)
+rc = libc.inotify_init1(0)
+out["inotify"] = "ok" if rc >= 0 else errno.errorcode.get(ctypes.get_errno())
+# a private scratch file is no exception: the filter cannot tell which inode is shared
+open("own.lock", "w").close()
+try:
+    fcntl.flock(os.open("own.lock", os.O_RDWR), fcntl.LOCK_EX)
+    out["own flock"] = "ok"
+except OSError as exc:
+    out["own flock"] = errno.errorcode.get(exc.errno)
+time.sleep(1.0)  # overlap with the other rollout
+print(json.dumps(out), flush=True)
+"""
+)
+
+
+def test_concurrent_rollouts_cannot_signal_each_other_through_shared_inodes(sb, data):
+    """Round three, hole 4: one rollout took a lock on a shared read-only inode and another observed
+    it. Locks, leases, directory notifications and inotify are refused to every rollout."""
+    results = [None, None]
+    threads = [
+        threading.Thread(target=lambda i=i: results.__setitem__(i, run(sb, LOCKS, data))) for i in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for res in results:
+        assert res.status == "ok", (res.reason, res.stderr_tail[-2000:])
+        got = report(res)
+        reached = {k: v for k, v in got.items() if v == "ok"}
+        assert not reached, reached
+        assert got["flock"] == "ENOSYS" and got["lockf"] == "ENOLCK" and got["inotify"] == "ENOSYS"
+
+
+# -- hole 5 (neighbour): the users' lock folder -------------------------------------------------------
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dedicated users exist only when the trainer is root")
+def test_a_lock_folder_someone_else_made_is_refused(tmp_path):
+    from wmrl.autoresearch.sandbox.users import UserPool
+
+    planted = tmp_path / "locks"
+    planted.mkdir(mode=0o777)
+    os.chmod(planted, 0o777)
+    with pytest.raises(PermissionError, match="lock folder"):
+        UserPool(base=300_000, count=1, lock_dir=planted).acquire()
+    os.chown(planted, 300_001, 300_001)
+    os.chmod(planted, 0o700)
+    with pytest.raises(PermissionError, match="lock folder"):
+        UserPool(base=300_000, count=1, lock_dir=planted).acquire()
+
+
+# -- hole 6: nothing outlives an execution ------------------------------------------------------------
+
+LEFTOVERS = """
+import ctypes, json, os, sys
+token = "{token}"
+libc = ctypes.CDLL(None, use_errno=True)
+made = {{}}
+for folder in ("/tmp", "/var/tmp", "/dev/shm", os.environ.get("TMPDIR", "/tmp")):
+    try:
+        with open(os.path.join(folder, token), "w") as f:
+            f.write("x" * 4096)
+        made[folder] = True
+    except OSError as exc:
+        made[folder] = str(exc)
+key = {key}
+for name, rc in (
+    ("shm", libc.shmget(key, 1 << 20, 0o1666)),
+    ("msg", libc.msgget(key, 0o1666)),
+    ("sem", libc.semget(key, 1, 0o1666)),
+):
+    made[name] = rc
+print(json.dumps(made), flush=True)
+"""
+
+
+def _sysv_keys() -> set[int]:
+    keys = set()
+    for kind in ("shm", "msg", "sem"):
+        try:
+            lines = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        keys |= {int(line.split()[0]) for line in lines if line.split()}
+    return keys
+
+
+def test_nothing_a_solution_leaves_in_shared_folders_or_ipc_outlives_it(sb, data):
+    """Round three, hole 6: on the subprocess backend System V shared memory and files in the host's
+    ``/dev/shm`` and ``/tmp`` outlived the run and its cgroup, charged to a uid later runs reuse."""
+    token = f"wmrl-leftover-{uuid.uuid4().hex}"
+    key = 0x5A000000 + (uuid.uuid4().int % 0xFFFFFF)
+    res = run(sb, LEFTOVERS.format(token=token, key=key), data)
+    assert res.status == "ok", (res.reason, res.stderr_tail[-2000:])
+    made = report(res)
+    assert any(v is True for v in made.values()), made  # it did leave something somewhere
+    for folder in ("/tmp", "/var/tmp", "/dev/shm"):
+        assert not os.path.exists(os.path.join(folder, token)), f"{folder}/{token} outlived the run"
+    assert key not in _sysv_keys(), "a System V IPC object of the solution outlived the run"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dedicated users exist only when the trainer is root")
+def test_a_reused_uid_starts_clean(tmp_path):
+    """What an earlier holder of a uid left (a trainer that crashed mid-run) is purged when the uid
+    is handed out again: files in the shared folders, nested ones included, and its System V IPC."""
+    import ctypes
+
+    from wmrl.autoresearch.sandbox.users import UserPool
+
+    uid = 300_100
+    token = f"wmrl-stale-{uuid.uuid4().hex}"
+    stale = Path("/dev/shm") / token
+    stale.write_bytes(b"x" * 4096)
+    os.chown(stale, uid, uid)
+    shared = Path("/tmp") / f"{token}-shared"  # a world-writable folder of someone else
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    nested = shared / "inner"
+    nested.mkdir()
+    os.chown(nested, uid, uid)
+    (nested / "f").write_text("x")
+    key = 0x5B000000 + (uuid.uuid4().int % 0xFFFFFF)
+    libc = ctypes.CDLL(None, use_errno=True)
+    pid = os.fork()
+    if pid == 0:  # create the segment as that uid
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        os._exit(0 if libc.shmget(key, 4096, 0o1600) >= 0 else 1)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    assert key in _sysv_keys()
+    try:
+        pool = UserPool(base=uid, count=1, lock_dir=tmp_path / "locks")
+        user = pool.acquire()
+        pool.release(user)
+        assert not stale.exists() and not nested.exists()
+        assert shared.exists() and stat.S_IMODE(shared.stat().st_mode) == 0o1777  # not the uid's
+        assert key not in _sysv_keys()
+    finally:
+        stale.unlink(missing_ok=True)
+        import shutil
+
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+# -- neighbour: only UTF-8 source runs ----------------------------------------------------------------
+
+HIDDEN = "# -*- coding: utf-7 -*-\nx = 1 +ACM- print('hidden')\nraise SystemExit(0)\n"
+
+
+def test_a_coding_cookie_other_than_utf8_is_refused(sb, data):
+    """Decoded as UTF-7, ``+ACM-`` is ``#``... the other way round: text a reader sees as code can be a
+    comment to the interpreter and back. Only UTF-8 source runs; anything else is the solution's error."""
+    res = run(sb, HIDDEN, data)
+    assert res.status == "error" and "only UTF-8 source is accepted" in res.reason, res
+    assert res.stdout_tail == ""
+    ok = run(sb, "# -*- coding: utf-8 -*-\nprint('fine')\n", data)
+    assert ok.status == "ok" and "fine" in ok.stdout_tail
