@@ -201,10 +201,12 @@ class BwrapSandbox(LocalSandbox):
             "answers": "never mounted",
             "datasets": "separate solution environment: no wmrl, no dataset packages, bundled dataset files pruned",
             "user": user_policy(),
-            "syscalls": "seccomp deny list (keyrings, ptrace, mount, bpf, perf_event_open, userfaultfd, ...)"
+            "syscalls": "seccomp: a deny list of calls, an allow list of socket families, nothing aimed at the launcher, no locks, watches or asynchronous I/O"
             if self.seccomp
             else "NO seccomp filter (seccomp=False)",
             "proc_sys": "/proc/sys read-only",
+            "launcher": "PID 1 of the namespace, out of the solution's reach; stopping it after the start is the solution's failure",
+            "ipc": "IPC namespace; private /tmp, /dev/shm; no pseudo-terminals",
             "network": "network namespace (private loopback only)",
             "processes": "PID namespace; killing bwrap kills every process inside (setsid cannot escape)",
             "wall_time": "launcher timer + host deadline, whole namespace killed",
@@ -290,7 +292,10 @@ class BwrapSandbox(LocalSandbox):
         # joblib) its own capped tmpfs and seal the rest of /dev. bubblewrap leaves /proc/sys
         # writable where it judges it read-only already; bind it read-only explicitly.
         a += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
-        a += ["--size", str(limits.disk_bytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+        a += ["--size", str(limits.disk_bytes), "--tmpfs", "/dev/shm"]
+        # No pseudo-terminals: their count (kernel.pty.max) is one for the whole machine, and a
+        # solution needs none. An empty read-only tmpfs hides bubblewrap's devpts instance.
+        a += ["--size", "4096", "--tmpfs", "/dev/pts", "--remount-ro", "/dev/pts", "--remount-ro", "/dev"]
         a += ["--size", str(limits.disk_bytes), "--tmpfs", INSIDE_WORK]
         a += ["--ro-bind", str(data_dir), INSIDE_DATA]
         for inside, fd in files.items():

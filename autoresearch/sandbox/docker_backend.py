@@ -134,10 +134,12 @@ class DockerSandbox(Sandbox):
             "answers": "never mounted",
             "datasets": "separate solution environment: no wmrl, no dataset packages, bundled dataset files pruned",
             "user": user_policy(),
-            "syscalls": "Docker's default seccomp profile + the sandbox's deny list"
+            "syscalls": "Docker's default seccomp profile + the sandbox's filter (a deny list of calls, an allow list of socket families, nothing aimed at the launcher, no locks, watches or asynchronous I/O)"
             if self.seccomp
             else "Docker's default seccomp profile only",
             "proc_sys": "/proc/sys read-only (Docker)",
+            "launcher": "PID 1 of the container, out of the solution's reach; stopping it after the start is the solution's failure",
+            "ipc": "the container's IPC namespace; private /tmp; no pseudo-terminals",
             "network": "network_mode=none",
             "processes": "container removed at the end (its PID namespace dies with it)",
             "wall_time": "launcher timer + host timer killing the container",
@@ -265,8 +267,13 @@ class DockerSandbox(Sandbox):
             ],
             # Writable by the sandbox user only through these size-capped tmpfs mounts.
             "mounts": [
-                Mount(target, None, type="tmpfs", tmpfs_size=limits.disk_bytes, tmpfs_mode=0o1777)
-                for target in (INSIDE_WORK, "/tmp")
+                *(
+                    Mount(target, None, type="tmpfs", tmpfs_size=limits.disk_bytes, tmpfs_mode=0o1777)
+                    for target in (INSIDE_WORK, "/tmp")
+                ),
+                # No pseudo-terminals (kernel.pty.max is one count for the whole machine): an
+                # empty read-only tmpfs replaces the container's devpts instance.
+                Mount("/dev/pts", None, type="tmpfs", read_only=True, tmpfs_size=4096),
             ],
             "volumes": self._volumes(stage, data_dir),
             # Output travels over the attach stream only: nothing is logged on the host's disk.

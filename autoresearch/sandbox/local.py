@@ -107,7 +107,10 @@ class SubprocessSandbox(LocalSandbox):
             "filesystem": "NO: the host filesystem is visible and writable as the host user",
             "answers": "NO: readable if the sandbox user can read them",
             "user": user_policy(),
-            "syscalls": "seccomp deny list (same as bwrap)" if self.seccomp else "NO seccomp filter",
+            "syscalls": "the same seccomp filter as bwrap" if self.seccomp else "NO seccomp filter",
+            "launcher": "another uid (root) when the trainer is root; stopping it after the start is the solution's failure",
+            "ipc": "a private IPC namespace when the trainer is root; the host's /tmp and /dev/shm, "
+            "purged of everything the sandbox user owns after each run",
             "network": "NO",
             "processes": "process-group kill + environment-marker sweep"
             + (

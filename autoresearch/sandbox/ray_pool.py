@@ -69,6 +69,9 @@ class _Runner:
 
         self.sandbox = make_sandbox(backend, **options)
         self.gpus = tuple(int(g) for g in ray.get_gpu_ids())
+        # A fraction below 1 (the paper packed three slots on a GPU) shares the device's memory
+        # with other slots, and nothing bounds one slot's share: each result says so.
+        self.gpu_share = float(ray.get_runtime_context().get_assigned_resources().get("GPU", 0.0))
         self.node = ray.get_runtime_context().get_node_id()
         self.host = socket.gethostname()
         self._data: dict[str, Path] = {}
@@ -129,6 +132,11 @@ class _Runner:
         # the worker's own sandbox stages (and verifies) its copy from here, whichever this is
         where["data"] = "in place" if data_dir == Path(job["data_dir"]) else "shipped"
         result = self.sandbox.run(job["code"], data_dir, limits)
+        if limits.gpu is not False and 0 < self.gpu_share < 1:
+            result.warnings.append(
+                f"this slot holds {self.gpu_share:g} of GPU {list(self.gpus)}: its memory is shared with other "
+                "slots and not bounded per slot (use whole GPUs or MIG instances for a bound)"
+            )
         submission = None
         if result.submission is not None and result.submission.exists():
             submission = result.submission.read_bytes()

@@ -223,6 +223,29 @@ def test_asynchronous_io_contexts_are_refused(sb, data):
     assert report(res)["io_setup"] == "ENOSYS"
 
 
+PTYS = """
+import json, os
+out = {}
+for path in ("/dev/ptmx", "/dev/pts/ptmx"):
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_NOCTTY))
+        out[path] = "opened"
+    except OSError as exc:
+        out[path] = exc.strerror
+print(json.dumps(out), flush=True)
+"""
+
+
+@pytest.mark.parametrize("backend", ALL[:2])
+def test_no_pseudo_terminals_from_the_machine_wide_count(backend, sandboxes, data):
+    """Neighbour of hole 3 (the audit): ``kernel.pty.max`` counts every devpts instance on the machine
+    (a sandbox opened hundreds of ptys and the machine-wide ``pty/nr`` rose with them). A solution
+    needs none: the isolated backends show no ``ptmx``."""
+    res = run(sandboxes(backend), PTYS, data)
+    assert res.status == "ok", res.reason
+    assert "opened" not in report(res).values()
+
+
 # -- hole 4: locks and watches on shared inodes -------------------------------------------------------
 
 LOCKS = (

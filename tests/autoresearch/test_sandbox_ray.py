@@ -331,3 +331,21 @@ def test_shipped_data_never_reuses_a_folder_someone_else_planted(ray_cluster, ta
         shutil.rmtree(new_root, ignore_errors=True)
         if aside.exists():
             aside.rename(new_root)
+
+
+def test_a_shared_gpu_slot_says_its_memory_is_not_bounded(ray_cluster, task):
+    """Issue 35: slots sharing a device (``gpus_per_slot < 1``, the paper's packing) have no per-slot
+    GPU-memory bound; each result of such a slot says so, a whole-GPU slot's does not."""
+    from wmrl.autoresearch.sandbox import Limits
+
+    warned = {}
+    for share in (0.5, 1):
+        pool = _pool(RayPoolConfig(slots=1, gpus_per_slot=share, resources={"gpu_node": 1}), cache=None)
+        try:
+            result = pool.run(SHOW_GPU, task.public_dir, Limits(gpu=True, wall_time_s=60))
+        finally:
+            pool.sandbox.close()
+            pool.close()
+        assert result.status == "ok", result.reason
+        warned[share] = any("not bounded per slot" in w for w in result.warnings)
+    assert warned == {0.5: True, 1: False}
