@@ -36,7 +36,7 @@ from pathlib import Path
 from . import launcher as _launcher_module
 from .cgroups import CgroupError, CgroupSupport, ExecutionCgroup, detect
 from .limits import Limits
-from .purge import purge_uid
+from .purge import purge_uid, remove_tree
 from .result import ExecutionResult, Resources
 from .seccomp import compile_filter, seccomp_problem
 from .solution_env import SolutionEnv, SolutionEnvError
@@ -322,16 +322,18 @@ class LocalSandbox(Sandbox):
             outcome = supervise(spec, limits, submission_dest=dest, cgroup=group, watchdog=group is None)
         finally:
             _CPUS.release(cpus)
-            if group is not None:
-                group.remove()
-            if user.dedicated:
-                # The uid is this execution's alone: whatever still runs as it, or is owned by it
-                # in the host's shared folders and IPC, is a leftover of this execution.
-                leftovers = purge_uid(user.uid, user.gid).summary()
-                if leftovers:
-                    warnings.append(f"sandbox user {user.uid}: {leftovers}")
-            self.users.release(user)
-            _remove_tree(stage)
+            try:
+                if group is not None:
+                    group.remove()
+                if user.dedicated:
+                    # The uid is this execution's alone: whatever still runs as it, or is owned
+                    # by it in the host's shared folders and IPC, is a leftover of this execution.
+                    leftovers = purge_uid(user.uid, user.gid).summary()
+                    if leftovers:
+                        warnings.append(f"sandbox user {user.uid}: {leftovers}")
+            finally:  # the uid and the stage go back whatever the clean-up met
+                self.users.release(user)
+                _remove_tree(stage)
         warnings.extend(outcome.warnings)
         return self._result(outcome, limits, dest, warnings)
 
@@ -428,23 +430,16 @@ def measured_resources(outcome: RawOutcome) -> Resources:
     )
 
 
-def chmod_tree(path: Path, mode: int) -> None:
-    """``chmod`` every real folder of ``path`` (never through a symbolic link).
-
-    A solution can leave links in its work dir (``ln -s / x``); ``os.chmod`` follows links, so
-    only the folders ``os.walk`` itself enters (it never follows links) are changed.
-    """
-    for root, _dirs, _files in os.walk(path, followlinks=False):
-        with contextlib.suppress(OSError):
-            if not os.path.islink(root):
-                os.chmod(root, mode)
-
-
 def _remove_tree(path: Path) -> None:
-    """Remove a folder the sandbox made, read-only parts (data copies) included."""
-    if os.geteuid() != 0:  # root needs no write permission to delete
-        chmod_tree(path, 0o700)
-    shutil.rmtree(path, ignore_errors=True)
+    """Remove a folder the sandbox made, read-only parts (data copies) included; never raises.
+
+    A solution shapes what is inside (links, a tree thousands of levels deep), so this is
+    :func:`~.purge.remove_tree`: no link followed, no depth limit, a failure logged, never
+    turned into the execution's harness error.
+    """
+    problem = remove_tree(path)
+    if problem is not None:
+        log.warning("could not remove %s: %s", path, problem)
 
 
 def kill_process_group(pgid: int) -> None:

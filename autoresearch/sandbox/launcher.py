@@ -317,6 +317,9 @@ def run(cfg: dict) -> int:  # noqa: C901 (the complexity ratchet: split it when 
             if got == pid:
                 status, rusage = st, ru
                 drain_until = time.monotonic() + DRAIN_GRACE_S
+                # Noticed only now, past the deadline: the solution outran its wall time while
+                # this process was kept from checking (it never gets the benefit of the doubt).
+                timed_out = timed_out or time.monotonic() > deadline
         now = time.monotonic()
         if status is None and now >= deadline:
             timed_out = True

@@ -10,9 +10,13 @@ The filter refuses, on top of the namespaces and the unprivileged user:
   ``socketpair`` of any other family fail with ``EAFNOSUPPORT``. A network namespace covers the
   allowed ones; some families (``AF_VSOCK`` and others) are machine-wide whatever the namespace;
 - **calls aimed at the launcher** (:data:`LAUNCHER_PID`, the PID-1 launcher of bubblewrap and
-  Docker): no signal of any kind, no ``pidfd`` for it, and ``prlimit`` on any process but the
-  caller itself. A solution that killed its launcher or lowered its limits used to turn its
-  failure into a harness error (grade unknown, removed from training);
+  Docker): no signal of any kind, no ``pidfd`` for it, no scheduling or I/O priority change of it
+  (or of every process of the uid), and ``prlimit`` on any process but the caller itself. A
+  solution that killed its launcher or lowered its limits used to turn its failure into a harness
+  error (grade unknown, removed from training); one that starved it ran past its wall time;
+- **page-cache probes and eviction** on shared files: ``fadvise(DONTNEED)`` and
+  ``madvise(COLD/PAGEOUT)`` do nothing (advice may be ignored), ``RWF_NOWAIT`` reads fail with
+  ``EOPNOTSUPP`` and ``cachestat`` with ``ENOSYS``;
 - **locks and watches on shared inodes** (:data:`LOCK_FCNTL_COMMANDS`, ``flock``, ``inotify``):
   concurrent sandboxes share read-only inodes (``/usr``, the solution environment, staged public
   data); a lock or a watch needs only a read-only descriptor, so they would be a channel between
@@ -136,6 +140,7 @@ NOSYS_SYSCALLS: dict[str, str] = {
     "inotify_add_watch": "file watches",
     # Shared read-only inodes take advisory locks from a read-only descriptor: a channel.
     "flock": "advisory locks on shared read-only files (a channel between rollouts)",
+    "cachestat": "page-cache state of any file it can open (a channel between rollouts)",
 }
 # socket()/socketpair() families a solution may create (everything else: EAFNOSUPPORT).
 # AF_UNIX, AF_INET, AF_INET6: what Python, numpy's and torch's process pools and a local
@@ -168,7 +173,29 @@ LOCK_FCNTL_COMMANDS: dict[int, str] = {
     1026: "F_NOTIFY",
 }
 # Calls that name a target process in their first argument: refused when it is the launcher.
-_AIMED_AT_A_PROCESS = ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open")
+# Signals kill it; scheduling calls starve it until it misses its wall-time check (round three:
+# nice 19 + SCHED_IDLE on PID 1 and 60 busy tasks turned a timeout into "ok").
+_AIMED_AT_A_PROCESS = (
+    "kill",
+    "tkill",
+    "tgkill",
+    "rt_sigqueueinfo",
+    "rt_tgsigqueueinfo",
+    "pidfd_open",
+    "sched_setscheduler",
+    "sched_setparam",
+    "sched_setattr",
+    "sched_setaffinity",
+)
+PRIO_USER = 2  # setpriority(): every process of a uid, the launcher's included
+IOPRIO_WHO_USER = 3  # ioprio_set(): likewise
+# Page-cache state of shared read-only files is a channel too (round three: one rollout evicted
+# files with fadvise(DONTNEED), another tested them with RWF_NOWAIT reads). Eviction advice is
+# ignored (the call succeeds and does nothing, which advice may do); the non-blocking probes are
+# refused. mincore() already reports nothing for files the caller cannot write (Linux >= 5.2).
+POSIX_FADV_DONTNEED = 4
+MADV_COLD, MADV_PAGEOUT = 20, 21
+RWF_NOWAIT = 0x8
 _LOW32 = 0xFFFFFFFF
 # Only where no cgroup cpuset bounds the CPUs: then the launcher's pinning is the bound, and the
 # solution must not widen it (a red team re-pinned itself onto every core).
@@ -223,6 +250,7 @@ def compile_filter(deny_affinity: bool) -> bytes:
     rule(errno.ENOSYS, "clone3")
     _socket_rules(sc, rule)
     _launcher_rules(sc, rule)
+    _page_cache_rules(sc, rule)
     for command in LOCK_FCNTL_COMMANDS:
         rule(errno.ENOLCK, "fcntl", sc.Arg(1, sc.MASKED_EQ, _LOW32, command))
     with tempfile.TemporaryFile() as f:
@@ -260,3 +288,16 @@ def _launcher_rules(sc: Any, rule: Callable[..., None]) -> None:
     # prlimit on oneself (pid 0, which setrlimit() uses) only: lowering the launcher's limits
     # made it fail before it reported. Any other pid, however written, is refused.
     rule(errno.EPERM, "prlimit64", sc.Arg(0, sc.NE, 0))
+    # Priorities: of PID 1 (or its process group 1), or of every process of the uid.
+    for call, by_user in (("setpriority", PRIO_USER), ("ioprio_set", IOPRIO_WHO_USER)):
+        rule(errno.EPERM, call, sc.Arg(1, sc.MASKED_EQ, _LOW32, LAUNCHER_PID))
+        rule(errno.EPERM, call, sc.Arg(0, sc.MASKED_EQ, _LOW32, by_user))
+
+
+def _page_cache_rules(sc: Any, rule: Callable[..., None]) -> None:
+    """No eviction of, and no non-blocking probe into, the page cache of shared files."""
+    rule(0, "fadvise64", sc.Arg(3, sc.MASKED_EQ, _LOW32, POSIX_FADV_DONTNEED))
+    for advice in (MADV_COLD, MADV_PAGEOUT):
+        rule(0, "madvise", sc.Arg(2, sc.MASKED_EQ, _LOW32, advice))
+    for call in ("preadv2", "pwritev2"):
+        rule(errno.EOPNOTSUPP, call, sc.Arg(5, sc.MASKED_EQ, RWF_NOWAIT, RWF_NOWAIT))

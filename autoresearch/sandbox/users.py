@@ -121,9 +121,13 @@ class UserPool:
                         self._held[uid] = fd
                         # Whatever an earlier holder (another process, a crashed trainer) left
                         # as this uid goes before it runs again.
-                        leftovers = purge_uid(uid, uid).summary()
-                        if leftovers:
-                            log.warning("sandbox user %d: %s", uid, leftovers)
+                        try:
+                            leftovers = purge_uid(uid, uid).summary()
+                        except Exception:  # purge_uid reports what it cannot remove; this is a bug
+                            log.exception("purging sandbox user %d failed", uid)
+                        else:
+                            if leftovers:
+                                log.warning("sandbox user %d: %s", uid, leftovers)
                         return SandboxUser(uid, uid)
                 # Another process may hold the rest: poll, and wake at once on a local release.
                 if deadline is not None and time.monotonic() >= deadline:

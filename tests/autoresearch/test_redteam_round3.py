@@ -126,6 +126,136 @@ def test_a_solution_cannot_stop_its_launcher_to_mask_its_failure(sb, data):
     assert not reached, reached
 
 
+STARVE = (
+    PROBE_HEADER
+    + """
+import os
+for name, fn in (
+    ("setpriority 1", lambda: os.setpriority(os.PRIO_PROCESS, 1, 19)),
+    ("setpriority pgrp 1", lambda: os.setpriority(os.PRIO_PGRP, 1, 19)),
+    ("setpriority user", lambda: os.setpriority(os.PRIO_USER, 0, 19)),
+    ("sched idle 1", lambda: os.sched_setscheduler(1, os.SCHED_IDLE, os.sched_param(0))),
+    ("sched param 1", lambda: os.sched_setparam(1, os.sched_param(0))),
+    ("affinity 1", lambda: os.sched_setaffinity(1, {0})),
+):
+    try:
+        fn()
+        out[name] = "ok"
+    except OSError as exc:
+        out[name] = errno.errorcode.get(exc.errno, exc.errno)
+call("ioprio 1", 251, 1, 1, (3 << 13))
+call("ioprio user", 251, 3, 0, (3 << 13))
+os.nice(1)  # its own priority stays its own
+out["own nice"] = "ok"
+print(json.dumps(out), flush=True)
+"""
+)
+
+STARVE_AND_OVERRUN = """
+import os, time
+t0, wall = time.time(), 4.0
+for call in (lambda: os.setpriority(os.PRIO_PROCESS, 1, 19),
+             lambda: os.sched_setscheduler(1, os.SCHED_IDLE, os.sched_param(0))):
+    try:
+        call()
+    except OSError:
+        pass
+for _ in range(40):
+    if os.fork() == 0:
+        while time.time() - t0 < wall + 2.5:
+            pass
+        os._exit(0)
+while time.time() - t0 < wall + 2.0:
+    time.sleep(0.05)
+open(os.environ["SUBMISSION_PATH"], "w").write("id,y\\n1,0\\n")
+os._exit(0)
+"""
+
+
+def test_the_launcher_cannot_be_starved(sb, data):
+    """Round three (found by this round's own red team): lowering PID 1's priority (nice 19,
+    ``SCHED_IDLE``) and keeping dozens of tasks busy kept the launcher from its wall-time check, and a
+    solution that finished 2 s late came back ``ok``. Scheduling and I/O priority calls aimed at the
+    launcher, or at every process of the uid, are refused; the solution's own stay its own."""
+    res = run(sb, STARVE, data)
+    assert res.status == "ok", (res.reason, res.stderr_tail[-2000:])
+    got = report(res)
+    assert got.pop("own nice") == "ok"
+    if sb.name == "subprocess":  # the launcher is root there: refused by the kernel as well
+        got = {k: v for k, v in got.items() if k.endswith(" 1") or "pgrp" in k}
+    assert not {k: v for k, v in got.items() if v == "ok"}, got
+
+
+@pytest.mark.parametrize("backend", ALL[:2])
+def test_running_past_the_wall_time_is_a_timeout_even_with_a_busy_launcher(backend, sandboxes, data):
+    res = run(sandboxes(backend), STARVE_AND_OVERRUN, data, LIMITS.replace(wall_time_s=4))
+    assert res.status == "timeout", (res.status, res.reason, res.resources)
+
+
+DEEP = """
+import os
+os.chdir({where!r})
+os.mkdir("deep-{token}")
+os.chdir("deep-{token}")
+for _ in range(3000):
+    os.mkdir("d")
+    os.chdir("d")
+raise SystemExit(1)
+"""
+
+
+@pytest.mark.parametrize("where", ["work", "tmp"])
+def test_a_deep_tree_cannot_turn_the_cleanup_into_a_harness_error(sb, data, where):
+    """Round three (this round's red team): ``shutil.rmtree`` recurses once per level on Python 3.11;
+    a tree 3,000 folders deep in the work dir or the host's ``/tmp`` made the clean-up raise
+    ``RecursionError``: a harness error on demand, a uid never handed back, and a leftover that failed
+    the next trainer's runs. It is the solution's own ``error``, and nothing of it stays."""
+    token = uuid.uuid4().hex[:12]
+    folder = "." if where == "work" else "/tmp"
+    res = run(sb, DEEP.format(where=folder, token=token), data)
+    assert res.status == "error" and res.exit_code == 1, (res.status, res.reason)
+    assert not os.path.exists(f"/tmp/deep-{token}")
+    again = run(sb, "print('clean')", data)
+    assert again.status == "ok" and "clean" in again.stdout_tail
+
+
+PAGE_CACHE = (
+    PROBE_HEADER
+    + """
+import sys
+path = os.path.realpath(sys.executable)
+fd = os.open(path, os.O_RDONLY)
+os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # evict it for everyone (advice: ignored)
+try:
+    os.preadv(fd, [bytearray(1)], 0, os.RWF_NOWAIT)
+    out["nowait"] = "ok"
+except OSError as exc:
+    out["nowait"] = errno.errorcode.get(exc.errno, exc.errno)
+call("cachestat", 451, fd, 0, 0, 0)
+print(json.dumps(out), flush=True)
+"""
+)
+
+
+def test_shared_files_page_cache_is_no_channel(sb, data):
+    """Round three (this round's red team): a sender evicted shared files with ``fadvise(DONTNEED)``
+    and a receiver tested them with ``RWF_NOWAIT`` reads: 24 bits across concurrent rollouts. The
+    eviction is ignored (the host still finds the file cached), the probes are refused."""
+    target = os.path.realpath(sb.solution_env.python) if sb.name == "subprocess" else None
+    target = target or os.path.realpath(sb.solution_env.python)
+    with open(target, "rb") as f:
+        f.read()  # in the page cache now
+    res = run(sb, PAGE_CACHE, data)
+    assert res.status == "ok", (res.reason, res.stderr_tail[-2000:])
+    got = report(res)
+    assert got["nowait"] in ("EOPNOTSUPP", "ENOTSUP") and got["cachestat"] == "ENOSYS", got
+    fd = os.open(target, os.O_RDONLY)
+    try:
+        os.preadv(fd, [bytearray(1)], 0, os.RWF_NOWAIT)  # raises BlockingIOError when evicted
+    finally:
+        os.close(fd)
+
+
 def _outcome(*, started: bool, exit_info: dict | None, wait_status: int | None = 9) -> RawOutcome:
     return RawOutcome(
         stdout=Tail(100),
