@@ -19,9 +19,10 @@ The filter refuses, on top of the namespaces and the unprivileged user:
   ``EOPNOTSUPP`` and ``cachestat`` with ``ENOSYS``;
 - **locks and watches on shared inodes** (:data:`LOCK_FCNTL_COMMANDS`, ``flock``, ``inotify``):
   concurrent sandboxes share read-only inodes (``/usr``, the solution environment, staged public
-  data); a lock or a watch needs only a read-only descriptor, so they would be a channel between
-  rollouts. ``flock`` fails with ``ENOSYS`` (``filelock`` then says so at once instead of waiting
-  for a lock that never comes) and ``fcntl`` record locks with ``ENOLCK`` ("no locks available").
+  data); a lock or a watch needs only a read-only descriptor, so they were a channel between
+  rollouts. Taking a lock (``flock``, ``F_SETLK``, OFD locks) succeeds and does nothing, so
+  SQLite and ``filelock`` still work in a single process; testing for someone else's lock
+  (``F_GETLK``) fails with ``ENOLCK``; leases, ``F_NOTIFY`` and ``inotify`` are refused.
 
 Everything else is allowed: the kernel's namespaces and permissions are the boundary there. The
 choice of a deny list of system calls over an allow list like Docker's default profile is argued
@@ -138,8 +139,6 @@ NOSYS_SYSCALLS: dict[str, str] = {
     "inotify_init": "file watches (see other rollouts' accesses to shared files)",
     "inotify_init1": "file watches",
     "inotify_add_watch": "file watches",
-    # Shared read-only inodes take advisory locks from a read-only descriptor: a channel.
-    "flock": "advisory locks on shared read-only files (a channel between rollouts)",
     "cachestat": "page-cache state of any file it can open (a channel between rollouts)",
 }
 # socket()/socketpair() families a solution may create (everything else: EAFNOSUPPORT).
@@ -161,16 +160,22 @@ _FAMILY_RULES_UP_TO = 64
 # The launcher's PID inside bubblewrap's and Docker's PID namespaces.
 LAUNCHER_PID = 1
 # fcntl() commands that take, test or watch locks, leases and directory notifications.
-LOCK_FCNTL_COMMANDS: dict[int, str] = {
-    5: "F_GETLK",
-    6: "F_SETLK",
-    7: "F_SETLKW",
-    36: "F_OFD_GETLK",
-    37: "F_OFD_SETLK",
-    38: "F_OFD_SETLKW",
-    1024: "F_SETLEASE",
-    1025: "F_GETLEASE",
-    1026: "F_NOTIFY",
+# fcntl() commands on locks, leases and directory notifications, and what the filter makes of them.
+# Taking or dropping a lock *succeeds and does nothing*: a lock on a private scratch file then
+# behaves as in a single process (SQLite, filelock work), and a lock on a shared inode is seen by
+# nobody. Testing for another's lock is refused (the kernel would have to answer "none"), and so
+# are leases and notifications, which watch other processes' opens.
+LOCK_NOOP, LOCK_REFUSED = 0, errno.ENOLCK
+LOCK_FCNTL_COMMANDS: dict[int, tuple[str, int]] = {
+    5: ("F_GETLK", LOCK_REFUSED),
+    6: ("F_SETLK", LOCK_NOOP),
+    7: ("F_SETLKW", LOCK_NOOP),
+    36: ("F_OFD_GETLK", LOCK_REFUSED),
+    37: ("F_OFD_SETLK", LOCK_NOOP),
+    38: ("F_OFD_SETLKW", LOCK_NOOP),
+    1024: ("F_SETLEASE", LOCK_REFUSED),
+    1025: ("F_GETLEASE", LOCK_REFUSED),
+    1026: ("F_NOTIFY", LOCK_REFUSED),
 }
 # Calls that name a target process in their first argument: refused when it is the launcher.
 # Signals kill it; scheduling calls starve it until it misses its wall-time check (round three:
@@ -251,8 +256,9 @@ def compile_filter(deny_affinity: bool) -> bytes:
     _socket_rules(sc, rule)
     _launcher_rules(sc, rule)
     _page_cache_rules(sc, rule)
-    for command in LOCK_FCNTL_COMMANDS:
-        rule(errno.ENOLCK, "fcntl", sc.Arg(1, sc.MASKED_EQ, _LOW32, command))
+    for command, (_, outcome) in LOCK_FCNTL_COMMANDS.items():
+        rule(outcome, "fcntl", sc.Arg(1, sc.MASKED_EQ, _LOW32, command))
+    rule(LOCK_NOOP, "flock")
     with tempfile.TemporaryFile() as f:
         flt.export_bpf(f)
         f.seek(0)
