@@ -62,6 +62,9 @@ PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 CLONE_NEWIPC = 0x08000000
+CLONE_NEWNS = 0x00020000
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 1 << 18
+MNT_DETACH = 2
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -166,6 +169,12 @@ def _child(cfg: dict, out_w: int, err_w: int, status_w: int, go_r: int, install_
             os._exit(EXIT_CODE_EXEC_FAILED)
 
 
+def _libc():
+    import ctypes
+
+    return ctypes, ctypes.CDLL(None, use_errno=True)
+
+
 def _private_ipc() -> str | None:
     """Move this process (and so the solution) into a new IPC namespace; ``None`` or why not.
 
@@ -173,13 +182,55 @@ def _private_ipc() -> str | None:
     solution then die with the namespace instead of outliving the execution on the host.
     """
     try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
+        ctypes, libc = _libc()
         if libc.unshare(CLONE_NEWIPC) != 0:
             return os.strerror(ctypes.get_errno())
     except (OSError, AttributeError, ImportError) as exc:
         return repr(exc)
+    return None
+
+
+def _private_tmp(size_bytes: int, keep: list[str]) -> str | None:
+    """Give this process (and so the solution) its own empty ``/tmp`` and ``/dev/shm``; ``None`` or why not.
+
+    A new mount namespace (nothing propagates back to the host) with a tmpfs of ``size_bytes`` on
+    each; the folders in ``keep`` that lay under them (the execution's own stage: work dir, code,
+    data copy) are bound back at their paths. What the solution leaves there dies with the
+    namespace. For the subprocess backend running as root.
+    """
+    try:
+        ctypes, libc = _libc()
+        libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
+
+        def mount(source, target, fstype, flags, data=None) -> None:
+            enc = [x.encode() if isinstance(x, str) else x for x in (source, target, fstype, data)]
+            if libc.mount(enc[0], enc[1], enc[2], flags, enc[3]) != 0:
+                raise OSError(ctypes.get_errno(), f"mount {target}: {os.strerror(ctypes.get_errno())}")
+
+        hidden = [h for h in ("/tmp", "/dev/shm") if os.path.isdir(h)]
+        below = [k for k in keep if any(k == h or k.startswith(h + "/") for h in hidden)]
+        if libc.unshare(CLONE_NEWNS) != 0:
+            return f"unshare(CLONE_NEWNS): {os.strerror(ctypes.get_errno())}"
+        mount(None, "/", None, MS_REC | MS_PRIVATE)
+        # Held open (in this namespace) before the tmpfs hides them; bound back through /proc.
+        held = {k: os.open(k, os.O_PATH | os.O_DIRECTORY) for k in below}
+        mounted = []
+        try:
+            for target in hidden:
+                mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(size_bytes)},mode=1777")
+                mounted.append(target)
+            for path, fd in held.items():
+                os.makedirs(path, mode=0o711, exist_ok=True)
+                mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        except OSError:
+            for target in reversed(mounted):  # back to the host's view: the run goes on without
+                libc.umount2(target.encode(), MNT_DETACH)
+            raise
+        finally:
+            for fd in held.values():
+                os.close(fd)
+    except (OSError, AttributeError, ImportError) as exc:
+        return str(exc)
     return None
 
 
@@ -263,6 +314,11 @@ def run(cfg: dict) -> int:  # noqa: C901 (the complexity ratchet: split it when 
         started["private_ipc"] = problem is None
         if problem is not None:
             started["private_ipc_problem"] = problem
+    if cfg.get("private_tmp"):
+        problem = _private_tmp(int(cfg["private_tmp"]["size_bytes"]), list(cfg["private_tmp"]["keep"]))
+        started["private_tmp"] = problem is None
+        if problem is not None:
+            started["private_tmp_problem"] = problem
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
     go_r, go_w = os.pipe2(os.O_CLOEXEC)
     program = bytes.fromhex(cfg["seccomp"]) if cfg.get("seccomp") else None

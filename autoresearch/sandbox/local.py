@@ -109,8 +109,9 @@ class SubprocessSandbox(LocalSandbox):
             "user": user_policy(),
             "syscalls": "the same seccomp filter as bwrap" if self.seccomp else "NO seccomp filter",
             "launcher": "another uid (root) when the trainer is root; stopping it after the start is the solution's failure",
-            "ipc": "a private IPC namespace when the trainer is root; the host's /tmp and /dev/shm, "
-            "purged of everything the sandbox user owns after each run",
+            "ipc": "when the trainer is root: a private IPC namespace and private /tmp and /dev/shm "
+            "(tmpfs of disk_mb); always: everything the sandbox user still owns on the host purged "
+            "after each run",
             "network": "NO",
             "processes": "process-group kill + environment-marker sweep"
             + (
@@ -196,8 +197,16 @@ class SubprocessSandbox(LocalSandbox):
             "cpus": cpus,
             "seccomp": seccomp,
             "drop_privileges": [user.uid, user.gid] if user.dedicated else None,
-            # As root the launcher can give the solution its own System V IPC and message queues.
+            # As root the launcher can give the solution its own System V IPC and message queues,
+            # and its own /tmp and /dev/shm (the stage, and the data and interpreter wherever they
+            # lie, bound back in).
             "private_ipc": os.geteuid() == 0,
+            "private_tmp": {
+                "size_bytes": limits.disk_bytes,
+                "keep": sorted({str(stage), str(data), str(Path(python).parent.parent)}),
+            }
+            if os.geteuid() == 0
+            else None,
         }
 
         def kill(pid: int, started: dict | None) -> None:
@@ -212,6 +221,11 @@ class SubprocessSandbox(LocalSandbox):
                 warnings.append(
                     f"no private IPC namespace ({started.get('private_ipc_problem')}): the solution's "
                     "System V IPC objects are purged after the run instead"
+                )
+            if started and started.get("private_tmp") is False:
+                warnings.append(
+                    f"no private /tmp and /dev/shm ({started.get('private_tmp_problem')}): what the "
+                    "solution leaves there is purged after the run instead"
                 )
             if started and isinstance(started.get("pgid"), int):
                 kill_process_group(started["pgid"])

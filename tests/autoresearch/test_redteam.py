@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import socket
+import tempfile
 import textwrap
 import threading
 import time
@@ -244,8 +245,22 @@ def test_answers_unreachable_by_guessing_walking_proc_and_env(isolating, task, m
     assert_next_run_clean(isolating, task)
 
 
-def test_subprocess_backend_says_it_does_not_isolate_and_indeed_leaks(sandboxes, task):
+@pytest.fixture
+def task_outside_tmp():
+    """A task outside ``/tmp``: as root, the subprocess backend gives each run its own ``/tmp``."""
+    root = Path(tempfile.mkdtemp(prefix="wmrl-redteam-", dir="/var/tmp"))
+    os.chmod(root, 0o755)  # readable by the sandbox user, as a checkout usually is
+    t = Task(root)
+    try:
+        yield t
+    finally:
+        t.cleanup()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_subprocess_backend_says_it_does_not_isolate_and_indeed_leaks(sandboxes, task_outside_tmp):
     """The fallback is honest: the same cheat finds the answers, and the result says so."""
+    task = task_outside_tmp
     sb = sandboxes("subprocess")
     res = run(sb, cheat_code(task, walk=False), task)
     assert res.status == "ok"

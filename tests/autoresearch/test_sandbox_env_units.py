@@ -138,7 +138,38 @@ def test_seccomp_filter_compiles_and_lists_what_the_issue_asks():
     ):
         assert name in DENIED_SYSCALLS
     plain, pinned = compile_filter(False), compile_filter(True)
-    assert len(plain) % 8 == 0 and len(pinned) == len(plain) + 8  # one more rule: sched_setaffinity
+    assert len(plain) % 8 == 0 and len(pinned) % 8 == 0 and pinned != plain
+    # What each one does to sched_setaffinity, in a child that installs it: the pinned filter
+    # refuses the call to the solution itself, the plain one only when aimed at PID 1.
+    assert _affinity_under(pinned) == "EPERM" and _affinity_under(plain) == "ok"
+
+
+def _affinity_under(program: bytes) -> str:
+    import errno
+    import importlib.util
+
+    from wmrl.autoresearch.sandbox.base import LAUNCHER_PATH
+
+    spec = importlib.util.spec_from_file_location("wmrl_launcher_probe", LAUNCHER_PATH)
+    launcher = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launcher)
+    install = launcher._seccomp_loader(program)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child installs the filter and reports; it never returns to pytest
+        try:
+            install()
+            try:
+                os.sched_setaffinity(0, os.sched_getaffinity(0))
+                os.write(w, b"ok")
+            except OSError as exc:
+                os.write(w, errno.errorcode[exc.errno].encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    with os.fdopen(r, "rb") as f:
+        return f.read().decode()
 
 
 # -- staging and limits ---------------------------------------------------------------------------------

@@ -391,8 +391,13 @@ def test_docker_create_kwargs_use_docker_py_types(tmp_path):
     assert all(v["mode"] == "ro" for v in kw["volumes"].values())
     assert not any(v.startswith(str(Path(__file__).parents[2])) for v in kw["volumes"])  # no checkout path
     mounts = {m["Target"]: m for m in kw["mounts"]}
-    assert all(isinstance(m, Mount) for m in kw["mounts"]) and set(mounts) == {"/sandbox/work", "/tmp"}
+    assert all(isinstance(m, Mount) for m in kw["mounts"]) and set(mounts) == {
+        "/sandbox/work",
+        "/tmp",
+        "/dev/pts",
+    }
     assert mounts["/sandbox/work"]["TmpfsOptions"]["SizeBytes"] == 100 * 2**20
+    assert mounts["/dev/pts"]["ReadOnly"] is True  # no pseudo-terminals (issue 35)
     assert isinstance(kw["log_config"], LogConfig) and kw["log_config"]["Type"] == "none"
     assert all(isinstance(u, Ulimit) for u in kw["ulimits"])
     (req,) = kw["device_requests"]
