@@ -18,7 +18,8 @@ skipped with the reason:
 3. ``grpo_vllm_colocate``: three TRL GRPO steps of ``WMRLGRPOTrainer`` with ``use_vllm=True``
    (colocate) and the corrector (closed-form sources), then two with K = 2 turns: step times and
    TRL's importance-sampling ratio (1 when vLLM and the policy agree);
-4. ``sandbox_gpu_slot``: the local sandbox pool with one GPU per slot (``sandbox.gpus=[0]``, what
+4. ``sandbox_gpu_slot`` (and ``sandbox_gpu_slot_bwrap``, through bubblewrap and its minimal GPU
+   ``/sys`` view where bubblewrap runs): the local sandbox pool with one GPU per slot (``sandbox.gpus=[0]``, what
    ``wmrl train autoresearch`` builds) runs a solution that reports ``CUDA_VISIBLE_DEVICES`` and
    ``torch.cuda.device_count()``; ``sandbox_gpu_slot_ray``: the same through a Ray pool;
 5. ``embodied_gpu``: the tiny MiniVLA policy and the tiny Robometer on the GPU: seconds per act and
@@ -277,11 +278,23 @@ def check_sandbox_gpu_slot(backend: str = "subprocess") -> dict[str, Any]:
     out = {
         "backend": backend,
         "protections": protections,
+        # bwrap decides its GPU /sys view (minimal, or the whole /sys when CUDA needs it) at the
+        # first GPU execution: what it chose, and why
+        "protections_after": pool.sandbox.sandbox.protections(),
         "with_slot": described(result),
         "without_slot": described(unslotted),
     }
     _require_cuda_in_slot({"with_slot": out["with_slot"]})
     return out
+
+
+def check_sandbox_gpu_slot_bwrap() -> dict[str, Any]:
+    """The GPU slot through bubblewrap (issue 35: a minimal /sys, checked against cuInit)."""
+    from wmrl.autoresearch.sandbox.bwrap import bwrap_problem
+
+    if bwrap_problem() is not None:
+        raise Skipped(f"bubblewrap cannot run here: {bwrap_problem()}")
+    return check_sandbox_gpu_slot("bwrap")
 
 
 def _require_cuda_in_slot(described: dict[str, Any]) -> None:
@@ -429,6 +442,7 @@ def main() -> None:
 
     run("real_lm", check_real_lm, work, max(args.budget_s - args.reserve_s, 60), args.rehearsal, args.plan)
     run("sandbox_gpu_slot", check_sandbox_gpu_slot)
+    run("sandbox_gpu_slot_bwrap", check_sandbox_gpu_slot_bwrap)
     run("embodied_gpu", check_embodied_gpu)
     run("vllm_generation", check_vllm_generation)
     if "backends" in state:

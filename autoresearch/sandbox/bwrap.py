@@ -33,12 +33,16 @@ import contextlib
 import functools
 import glob
 import json
+import logging
 import os
 import shutil
 import signal
 import subprocess
+import tempfile
+import threading
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Literal
 
 from .base import LAUNCHER_PATH, SUBMISSION_NAME, LocalSandbox, kill_process_group
 from .environment import sandbox_env, system_paths
@@ -49,6 +53,8 @@ from .supervisor import SpawnSpec
 from .users import DEFAULT_UID_BASE, SandboxUser, user_policy
 
 __all__ = ["BwrapSandbox", "bwrap_problem"]
+
+log = logging.getLogger("wmrl.autoresearch.sandbox")
 
 INSIDE_ROOT = "/sandbox"
 INSIDE_DATA = f"{INSIDE_ROOT}/data"
@@ -70,6 +76,36 @@ _ETC_FILES = (
 _PASSWD = f"sandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:{INSIDE_WORK}:/usr/sbin/nologin\n"
 _GROUP = f"sandbox:x:{SANDBOX_UID}:\n"
 _HOSTS = "127.0.0.1 localhost sandbox\n::1 localhost\n"
+
+
+GpuSysView = Literal["auto", "minimal", "full"]
+# What CUDA reads from /sys (sandbox projects that run CUDA under bubblewrap report these, and
+# cuInit fails with CUDA_ERROR_OPERATING_SYSTEM without any /sys): the driver modules' state, the
+# PCI devices (links under /sys/bus/pci into /sys/devices/pci*) and the CPU and NUMA topology.
+# Not the rest of the host's /sys: firmware tables, the kernel's own folders, cgroups, network
+# interfaces, block devices.
+_GPU_SYS_MINIMAL = (
+    "/sys/module/nvidia",
+    "/sys/module/nvidia_uvm",
+    "/sys/module/nvidia_modeset",
+    "/sys/module/nvidia_drm",
+    "/sys/bus/pci",
+    "/sys/devices/system/cpu",
+    "/sys/devices/system/node",
+)
+_CUINIT = (
+    "import ctypes\n"
+    "try:\n    lib = ctypes.CDLL('libcuda.so.1')\nexcept OSError:\n    print('no driver')\n"
+    "else:\n    print(lib.cuInit(0))\n"
+)
+
+
+def _sys_args(view: str) -> list[str]:
+    """bubblewrap arguments for a GPU execution's view of ``/sys`` (read-only either way)."""
+    if view == "full":
+        return ["--ro-bind-try", "/sys", "/sys"]
+    paths = [*_GPU_SYS_MINIMAL, *sorted(glob.glob("/sys/devices/pci*"))]
+    return [arg for path in paths for arg in ("--ro-bind-try", path, path)]
 
 
 @functools.lru_cache(maxsize=8)
@@ -162,10 +198,17 @@ class BwrapSandbox(LocalSandbox):
         solution_env=None,
         seccomp=True,
         users=None,
+        gpu_sys: GpuSysView = "auto",
     ) -> None:
         super().__init__(
             output_root=output_root, cgroups=cgroups, solution_env=solution_env, seccomp=seccomp, users=users
         )
+        if gpu_sys not in ("auto", "minimal", "full"):
+            raise ValueError(f"gpu_sys must be 'auto', 'minimal' or 'full'; got {gpu_sys!r}")
+        self.gpu_sys = gpu_sys
+        # (view, why): decided at the first execution given a GPU ("auto"), then kept.
+        self._gpu_sys_decided: tuple[str, str] | None = None if gpu_sys == "auto" else (gpu_sys, "configured")
+        self._gpu_sys_lock = threading.Lock()
         self.bwrap = bwrap or shutil.which("bwrap")
         own = (
             bwrap_problem(self.bwrap)
@@ -219,10 +262,23 @@ class BwrapSandbox(LocalSandbox):
             "output": "host counts relayed bytes and kills over the limit",
             "environment": "allow-list only",
             "threads": "thread-count variables + CPU affinity",
+            "gpu_sys": self._describe_gpu_sys(),
             "cpus": "cgroup cpuset + CFS quota"
             if cg is not None and {"cpuset", "cpu"} <= cg.cpu_controllers
             else "CPU affinity set before the solution starts; seccomp refuses sched_setaffinity to the solution",
         }
+
+    def _describe_gpu_sys(self) -> str:
+        decided = self._gpu_sys_decided
+        if decided is None:
+            return "GPU executions: a minimal /sys (driver modules, PCI devices, CPU/NUMA topology), checked against cuInit at the first one"
+        view, why = decided
+        what = (
+            "a minimal /sys (driver modules, PCI devices, CPU/NUMA topology)"
+            if view == "minimal"
+            else "the whole /sys, read-only"
+        )
+        return f"GPU executions: {what} ({why})"
 
     def _pre_warnings(self, limits: Limits) -> list[str]:
         out = []
@@ -230,10 +286,23 @@ class BwrapSandbox(LocalSandbox):
             out.append(
                 "no cgroup: memory is bounded per process (RLIMIT_AS) and the task count by a polled watchdog"
             )
+        devices, problems = self._gpu_device_args(limits)
+        if limits.gpu is not False and not problems:
+            view, why = self._gpu_sys_view(devices, limits)
+            if view == "full":
+                out.append(f"GPU slot: the whole /sys is bound read-only ({why})")
         return out
 
     def _gpu_args(self, limits: Limits) -> tuple[list[str], list[str]]:
-        """(bwrap arguments, warnings) exposing the requested NVIDIA devices."""
+        """(bwrap arguments, problems) exposing the requested NVIDIA devices and their /sys view."""
+        devices, problems = self._gpu_device_args(limits)
+        if limits.gpu is False or problems:
+            return devices, problems
+        view, _ = self._gpu_sys_view(devices, limits)
+        return devices + _sys_args(view), []
+
+    def _gpu_device_args(self, limits: Limits) -> tuple[list[str], list[str]]:
+        """(bwrap arguments, problems) exposing the requested NVIDIA device nodes."""
         if limits.gpu is False:
             return [], []
         nodes = sorted(glob.glob("/dev/nvidia[0-9]*"))
@@ -254,8 +323,82 @@ class BwrapSandbox(LocalSandbox):
             "/dev/nvidia-modeset",
         ]:
             args += ["--dev-bind-try", node, node]
-        args += ["--dev-bind-try", "/dev/nvidia-caps", "/dev/nvidia-caps", "--ro-bind-try", "/sys", "/sys"]
+        args += ["--dev-bind-try", "/dev/nvidia-caps", "/dev/nvidia-caps"]
         return args, []
+
+    def _gpu_sys_view(self, device_args: list[str], limits: Limits) -> tuple[str, str]:
+        """``("minimal" | "full", why)``: which ``/sys`` a GPU execution sees.
+
+        ``auto`` decides once, at the first GPU execution: CUDA's ``cuInit`` is tried under the
+        minimal view in a sandbox like the executions' own; the minimal view is kept when it
+        works or when no CUDA driver is there to try, the whole ``/sys`` (read-only) when CUDA
+        initialises only with it -- said in every such result, never silently.
+        """
+        with self._gpu_sys_lock:
+            if self._gpu_sys_decided is None:
+                self._gpu_sys_decided = self._probe_gpu_sys(device_args, limits)
+                log.info("bwrap GPU /sys view: %s (%s)", *self._gpu_sys_decided)
+            return self._gpu_sys_decided
+
+    def _probe_gpu_sys(self, device_args: list[str], limits: Limits) -> tuple[str, str]:
+        verdicts = {}
+        for view in ("minimal", "full"):
+            verdicts[view] = self._cuinit_under(device_args + _sys_args(view), limits)
+            if verdicts[view] in ("0", "no driver"):
+                break
+        minimal = verdicts["minimal"]
+        if minimal == "0":
+            return "minimal", "cuInit succeeded under the minimal view"
+        if minimal == "no driver":
+            return "minimal", "no CUDA driver (libcuda.so.1) to try"
+        if verdicts.get("full") == "0":
+            return (
+                "full",
+                f"cuInit failed under the minimal view ({minimal}) and succeeded with the whole /sys",
+            )
+        return "minimal", f"cuInit failed under both views (minimal: {minimal}; full: {verdicts.get('full')})"
+
+    def _cuinit_under(self, gpu_args: list[str], limits: Limits) -> str:
+        """``cuInit(0)``'s return code inside a sandbox with these device and /sys arguments
+        (``"0"`` = CUDA initialised), ``"no driver"``, or what went wrong."""
+        return self._probe(gpu_args, limits, _CUINIT)
+
+    def _probe(self, gpu_args: list[str], limits: Limits, code: str) -> str:
+        """What ``code`` prints (stripped) in a sandbox like an execution's, with ``gpu_args``."""
+        if self.bwrap is None or self.solution_env is None:
+            return "bubblewrap or the solution environment is missing"
+        with tempfile.TemporaryDirectory(prefix="wmrl-gpu-probe-") as data:
+            os.chmod(data, 0o755)
+            args = self._bwrap_args(data_dir=Path(data), limits=limits, gpu_args=gpu_args, files={})
+            user = self.users.acquire()
+            try:
+                prefix = (
+                    [_setpriv(), f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups", "--"]
+                    if user.dedicated
+                    else []
+                )
+                done = subprocess.run(
+                    [
+                        *prefix,
+                        self.bwrap,
+                        *args,
+                        "--",
+                        self.solution_env.inside_python,
+                        "-I",
+                        "-S",
+                        "-c",
+                        code,
+                    ],
+                    capture_output=True,
+                    timeout=120,
+                    env={"PATH": "/usr/bin:/bin"},
+                )
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                return f"the probe did not run: {exc}"
+            finally:
+                self.users.release(user)
+        text = done.stdout.decode(errors="replace").strip()
+        return text or f"exit {done.returncode}: {done.stderr.decode(errors='replace').strip()[-300:]}"
 
     def _bwrap_args(
         self, *, data_dir: Path, limits: Limits, gpu_args: list[str], files: dict[str, int]

@@ -596,3 +596,68 @@ def test_a_coding_cookie_other_than_utf8_is_refused(sb, data):
     assert res.stdout_tail == ""
     ok = run(sb, "# -*- coding: utf-8 -*-\nprint('fine')\n", data)
     assert ok.status == "ok" and "fine" in ok.stdout_tail
+
+
+# -- the GPU items (reviewed from the code): a minimal /sys for a GPU slot under bubblewrap ----------
+
+
+def test_a_gpu_slots_minimal_sys_view_leaves_out_the_rest_of_sys():
+    """Issue 35: bwrap with a GPU bound the host's whole ``/sys``. The minimal view binds the driver
+    modules, the PCI devices and the CPU/NUMA topology only; the whole ``/sys`` is bound only when
+    CUDA initialises with it and not without it."""
+    from wmrl.autoresearch.sandbox.bwrap import _sys_args
+
+    minimal = _sys_args("minimal")
+    targets = set(minimal[2::3])
+    assert "/sys" not in targets and "/sys/devices/system/cpu" in targets and "/sys/bus/pci" in targets
+    assert not any(t.startswith(("/sys/kernel", "/sys/firmware", "/sys/fs", "/sys/class")) for t in targets)
+    assert _sys_args("full") == ["--ro-bind-try", "/sys", "/sys"]
+
+
+@pytest.mark.parametrize(
+    ("minimal", "full", "view"),
+    [("0", None, "minimal"), ("no driver", None, "minimal"), ("304", "0", "full"), ("304", "304", "minimal")],
+)
+def test_the_gpu_sys_view_follows_what_cuinit_needs(minimal, full, view, monkeypatch, tmp_path):
+    """``gpu_sys="auto"`` probes ``cuInit`` once, at the first GPU execution, and says so when it has to
+    bind the whole ``/sys`` (every result's warnings); a probe that cannot tell keeps the minimal view."""
+    from wmrl.autoresearch.sandbox.bwrap import BwrapSandbox
+
+    sb = BwrapSandbox(output_root=tmp_path)
+    calls = []
+
+    def cuinit(args, limits):
+        calls.append("full" if args[-3:] == ["--ro-bind-try", "/sys", "/sys"] else "minimal")
+        return minimal if calls[-1] == "minimal" else full
+
+    monkeypatch.setattr(sb, "_cuinit_under", cuinit)
+    monkeypatch.setattr(
+        sb, "_gpu_device_args", lambda limits: (["--dev-bind-try", "/dev/nvidia0", "/dev/nvidia0"], [])
+    )
+    warnings = sb._pre_warnings(Limits(gpu=(0,)))
+    assert sb._gpu_sys_decided[0] == view
+    assert any("whole /sys" in w for w in warnings) == (view == "full")
+    args, problems = sb._gpu_args(Limits(gpu=(0,)))
+    assert not problems and (("/sys" in args) == (view == "full"))
+    assert len(calls) == (1 if minimal in ("0", "no driver") else 2)  # decided once, then kept
+    sb._pre_warnings(Limits(gpu=(0,)))
+    assert len(calls) == (1 if minimal in ("0", "no driver") else 2)
+    assert ("whole /sys" if view == "full" else "a minimal /sys") in sb.protections()["gpu_sys"]
+
+
+@pytest.mark.bwrap
+def test_the_cuinit_probe_runs_in_a_real_sandbox_with_the_minimal_view(sandboxes):
+    """The probe itself, for real: a bubblewrap sandbox with the minimal view sees the CPU topology and
+    not the kernel's, firmware or cgroup folders, and (on a machine without a CUDA driver) says so."""
+    from wmrl.autoresearch.sandbox.bwrap import _sys_args
+
+    sb = sandboxes("bwrap")
+    seen = sb._probe(
+        _sys_args("minimal"),
+        LIMITS,
+        "import os\nprint(sorted(p for p in ('/sys/devices/system/cpu', '/sys/kernel', '/sys/firmware', "
+        "'/sys/fs/cgroup', '/sys/class/net') if os.path.exists(p)))",
+    )
+    assert seen == "['/sys/devices/system/cpu']", seen
+    if not any(os.path.exists(p) for p in ("/dev/nvidiactl", "/usr/lib/x86_64-linux-gnu/libcuda.so.1")):
+        assert sb._cuinit_under(_sys_args("minimal"), LIMITS) == "no driver"
