@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from . import procscan
-from .base import LAUNCHER_PATH, SUBMISSION_NAME, LocalSandbox, kill_process_group
+from .base import LAUNCHER_PATH, SUBMISSION_NAME, LocalSandbox, SandboxError, kill_process_group
 from .environment import sandbox_env
 from .limits import Limits
 from .supervisor import SpawnSpec
@@ -79,6 +79,12 @@ class SubprocessSandbox(LocalSandbox):
         copy_data: present a fresh copy of the public data to each execution (default). With
             ``False`` the solution gets the original folder, and a modification is only detected
             afterwards (size/mtime fingerprint) and reported as a warning.
+        allow_same_user: when the trainer is not root, solutions run as the trainer's own user and
+            can write everything it can: the solution environment, the staging folders, shipped
+            data -- and plant answers (which this backend can read) where later isolated runs on
+            this machine find them. It is then refused wherever an isolating backend (bubblewrap,
+            Docker) can run here, unless this is ``True`` (tests and development on a machine
+            whose isolated runs you do not rely on).
         output_root, cgroups: see :class:`~.base.LocalSandbox`.
     """
 
@@ -94,7 +100,24 @@ class SubprocessSandbox(LocalSandbox):
         solution_env=None,
         seccomp=True,
         users=None,
+        allow_same_user: bool = False,
     ) -> None:
+        if not isinstance(allow_same_user, bool):
+            raise TypeError(f"allow_same_user must be True or False; got {allow_same_user!r}")
+        if os.geteuid() != 0 and not allow_same_user:
+            from .factory import backend_problems
+
+            isolating = [
+                name for name, why in backend_problems().items() if name != "subprocess" and why is None
+            ]
+            if isolating:
+                raise SandboxError(
+                    f"the subprocess backend would run solutions as your own user (uid {os.geteuid()}) on a "
+                    f"machine where isolated executions run ({', '.join(isolating)} works here): a solution "
+                    "could plant answers in the solution environment or the staging folders they read. "
+                    f"Use {isolating[0]!r}, run the trainer as root (solutions then get their own uid), "
+                    "or pass allow_same_user=True for tests and development"
+                )
         super().__init__(
             output_root=output_root, cgroups=cgroups, solution_env=solution_env, seccomp=seccomp, users=users
         )

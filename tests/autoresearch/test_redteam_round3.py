@@ -661,3 +661,29 @@ def test_the_cuinit_probe_runs_in_a_real_sandbox_with_the_minimal_view(sandboxes
     assert seen == "['/sys/devices/system/cpu']", seen
     if not any(os.path.exists(p) for p in ("/dev/nvidiactl", "/usr/lib/x86_64-linux-gnu/libcuda.so.1")):
         assert sb._cuinit_under(_sys_args("minimal"), LIMITS) == "no driver"
+
+
+# -- hole 5: the unisolated backend as the trainer's own user, beside isolated runs -----------------
+
+
+@pytest.mark.parametrize("isolating_here", [True, False])
+def test_a_same_user_subprocess_backend_is_refused_where_isolated_runs_happen(
+    isolating_here, monkeypatch, tmp_path
+):
+    """Round three, hole 5's root: as the trainer's own (non-root) user, a subprocess-backend solution
+    can write the solution environment and the staging folders that later isolated runs read, and
+    plant answers there. It is refused where bubblewrap or Docker can run, unless asked for."""
+    from wmrl.autoresearch.sandbox import SandboxError, factory
+    from wmrl.autoresearch.sandbox.local import SubprocessSandbox
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    why = None if isolating_here else "not installed"
+    monkeypatch.setattr(
+        factory, "backend_problems", lambda: {"bwrap": why, "docker": "no engine", "subprocess": None}
+    )
+    if isolating_here:
+        with pytest.raises(SandboxError, match="allow_same_user=True"):
+            SubprocessSandbox(output_root=tmp_path / "a")
+    else:
+        SubprocessSandbox(output_root=tmp_path / "a")
+    SubprocessSandbox(output_root=tmp_path / "b", allow_same_user=True)
