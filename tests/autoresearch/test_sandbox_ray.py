@@ -349,3 +349,37 @@ def test_a_shared_gpu_slot_says_its_memory_is_not_bounded(ray_cluster, task):
         assert result.status == "ok", result.reason
         warned[share] = any("not bounded per slot" in w for w in result.warnings)
     assert warned == {0.5: True, 1: False}
+
+
+ATTACK_LAUNCHER = (
+    "import os, resource, signal\n"
+    "for target in {1, os.getppid()}:\n"
+    "    for attack in (lambda: os.kill(target, signal.SIGINT), lambda: os.kill(target, signal.SIGKILL),\n"
+    "                   lambda: resource.prlimit(target, resource.RLIMIT_NOFILE, (3, 3))):\n"
+    "        try:\n"
+    "            attack()\n"
+    "        except OSError:\n"
+    "            pass\n"
+    "raise SystemExit(1)\n"
+)
+
+
+@pytest.mark.bwrap
+def test_attacking_the_launcher_on_a_ray_worker_is_a_failure_not_a_retried_unknown(ray_cluster, task):
+    """Round three, hole 1, on the Ray pool: a harness error is retried on another node (a lottery for
+    a solution that could fake one). A solution that attacks its launcher comes back as its own
+    failure, once, with no retry and no harness failure on the pool's counters."""
+    from wmrl.autoresearch.sandbox import Limits
+    from wmrl.autoresearch.sandbox.ray_pool import make_ray_sandbox_pool
+
+    pool = make_ray_sandbox_pool(
+        "bwrap", RayPoolConfig(slots=1, resources={"sandbox": 1}, retries=2), cache=None
+    )
+    try:
+        result = pool.run(ATTACK_LAUNCHER, task.public_dir, Limits(wall_time_s=60))
+        counters = pool.sandbox.pool.metrics()
+    finally:
+        pool.sandbox.close()
+        pool.close()
+    assert result.status == "error" and result.exit_code == 1, (result.status, result.reason)
+    assert counters["pool/retries"] == 0 and counters["pool/harness_failures"] == 0, counters
