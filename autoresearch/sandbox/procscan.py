@@ -134,12 +134,13 @@ def kill_pids(pids: list[int], sig: int = signal.SIGKILL) -> int:
     return n
 
 
-def uid_of(pid: int) -> int | None:
-    """The real uid of ``pid`` (``/proc/<pid>/status``); ``None`` when it is gone or a zombie."""
+def uid_of(pid: int, *, zombies: bool = False) -> int | None:
+    """The real uid of ``pid`` (``/proc/<pid>/status``); ``None`` when it is gone, or a zombie
+    unless ``zombies``."""
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
             for line in f:
-                if line.startswith(b"State:") and line.split()[1] == b"Z":
+                if line.startswith(b"State:") and line.split()[1] == b"Z" and not zombies:
                     return None  # dead, waiting to be reaped: nothing to kill
                 if line.startswith(b"Uid:"):
                     return int(line.split()[1])
@@ -148,7 +149,8 @@ def uid_of(pid: int) -> int | None:
     return None
 
 
-def find_by_uid(uid: int) -> list[int]:
-    """Pids of live (non-zombie) processes whose real uid is ``uid``."""
+def find_by_uid(uid: int, *, zombies: bool = False) -> list[int]:
+    """Pids of processes whose real uid is ``uid``: live ones, and zombies too with ``zombies``
+    (a zombie still counts against its uid's ``RLIMIT_NPROC`` until its parent reaps it)."""
     me = os.getpid()
-    return [pid for pid in _pids() if pid != me and uid_of(pid) == uid]
+    return [pid for pid in _pids() if pid != me and uid_of(pid, zombies=zombies) == uid]

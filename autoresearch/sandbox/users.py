@@ -122,12 +122,17 @@ class UserPool:
                         # Whatever an earlier holder (another process, a crashed trainer) left
                         # as this uid goes before it runs again.
                         try:
-                            leftovers = purge_uid(uid, uid).summary()
+                            purged = purge_uid(uid, uid)
                         except Exception:  # purge_uid reports what it cannot remove; this is a bug
                             log.exception("purging sandbox user %d failed", uid)
                         else:
-                            if leftovers:
-                                log.warning("sandbox user %d: %s", uid, leftovers)
+                            if purged.summary():
+                                log.warning("sandbox user %d: %s", uid, purged.summary())
+                            if purged.unreaped:
+                                # Its dead processes still count against RLIMIT_NPROC: a run
+                                # given it now could fork fewer tasks than its limit says.
+                                self._unlock(uid)
+                                continue
                         return SandboxUser(uid, uid)
                 # Another process may hold the rest: poll, and wake at once on a local release.
                 if deadline is not None and time.monotonic() >= deadline:
@@ -140,12 +145,15 @@ class UserPool:
         if not user.dedicated:
             return
         with self._free:
-            fd = self._held.pop(user.uid, None)
-            if fd is not None:
-                with contextlib.suppress(OSError):
-                    fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
+            self._unlock(user.uid)
             self._free.notify_all()
+
+    def _unlock(self, uid: int) -> None:
+        fd = self._held.pop(uid, None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
 
 
 #: The pool every sandbox of this process shares (so concurrent executions never share a uid).

@@ -20,9 +20,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
+import subprocess
+import tempfile
 import textwrap
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -687,3 +691,134 @@ def test_a_same_user_subprocess_backend_is_refused_where_isolated_runs_happen(
     else:
         SubprocessSandbox(output_root=tmp_path / "a")
     SubprocessSandbox(output_root=tmp_path / "b", allow_same_user=True)
+
+
+# -- found by the third pass: the purge's own race, and zombies against RLIMIT_NPROC --------------
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the purge runs as root")
+def test_removal_stays_in_the_folder_it_was_given_when_the_path_is_swapped(tmp_path):
+    """A concurrent run swapped a world-writable folder for a link between the sweep's look and
+    ``rm``; root then removed the link target's tree. Removal works from the folder's descriptor."""
+    from wmrl.autoresearch.sandbox.purge import remove_tree
+
+    victim = tmp_path / "victim"
+    (victim / "Q" / "sub").mkdir(parents=True)
+    (victim / "Q" / "sub" / "f").write_text("root's")
+    shared = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="wmrl-swap-"))
+    try:
+        (shared / "d").mkdir()
+        (shared / "d" / "Q").write_text("the solution's")
+        fd = os.open(shared / "d", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            (shared / "d").rename(shared / "moved")  # the swap: d is now a link to the victim
+            (shared / "d").symlink_to(victim)
+            assert remove_tree("Q", dir_fd=fd) is None
+        finally:
+            os.close(fd)
+        assert not (shared / "moved" / "Q").exists()  # what the descriptor held went
+        assert (victim / "Q" / "sub" / "f").read_text() == "root's"  # what the link points at stayed
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+RACE_SWAPPER = """
+import ctypes, os, time
+libc = ctypes.CDLL(None); os.umask(0); n = 24
+for i in range(n):
+    os.mkdir(f"/var/tmp/{token}-d{{i}}", 0o777)
+    os.symlink({victim!r}, f"/var/tmp/{token}-e{{i}}")
+while not all(os.path.exists(f"/var/tmp/{token}-d{{i}}/Q") for i in range(n)):
+    time.sleep(0.05)
+end = time.time() + 6
+while time.time() < end:
+    for i in range(n):  # renameat2(RENAME_EXCHANGE): d{{i}} and the link trade places
+        libc.syscall(316, -100, f"/var/tmp/{token}-d{{i}}".encode(), -100, f"/var/tmp/{token}-e{{i}}".encode(), 2)
+"""
+RACE_VICTIM_NAMER = """
+import os, time
+n = 24
+while not all(os.path.isdir(f"/var/tmp/{token}-d{{i}}") for i in range(n)):
+    time.sleep(0.05)
+for i in range(n):
+    open(f"/var/tmp/{token}-d{{i}}/Q", "w").write("x")
+time.sleep(1)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dedicated users exist only when the trainer is root")
+def test_two_runs_cannot_steer_the_purge_into_a_host_folder(sandboxes, data, tmp_path):
+    """The third pass's attack, end to end on the subprocess backend: one run keeps swapping its
+    world-writable folders with links to a root-owned tree while another's purge removes its files
+    in them. The root-owned tree stays whole."""
+    victim = tmp_path / "victim"
+    (victim / "Q" / "sub").mkdir(parents=True)
+    (victim / "Q" / "sub" / "f").write_text("root's")
+    token = f"wmrl-race-{uuid.uuid4().hex[:8]}"
+    sb = sandboxes("subprocess")
+    long = LIMITS.replace(wall_time_s=30)
+    swapper = threading.Thread(
+        target=lambda: run(sb, RACE_SWAPPER.format(token=token, victim=str(victim)), data, long)
+    )
+    swapper.start()
+    try:
+        time.sleep(0.5)
+        named = run(sb, RACE_VICTIM_NAMER.format(token=token), data, long)
+        assert named.status == "ok", named.reason
+    finally:
+        swapper.join()
+        for leftover in Path("/var/tmp").glob(f"{token}-*"):
+            subprocess.run(["rm", "-rf", "--one-file-system", "--", str(leftover)], check=False)
+    assert (victim / "Q" / "sub" / "f").read_text() == "root's"
+
+
+ZOMBIES = """
+import os, time
+print(os.getuid(), flush=True)
+for _ in range(30):
+    pid = os.fork()
+    if pid == 0:
+        if os.fork() == 0:  # an orphan that ends after its parent: a zombie of whoever adopts it
+            time.sleep(0.3)
+            os._exit(0)
+        os._exit(0)
+    os.waitpid(pid, 0)
+time.sleep(0.6)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dedicated users exist only when the trainer is root")
+def test_orphans_are_reaped_so_the_next_run_keeps_its_process_budget(sandboxes, data):
+    """Orphans went to the host's init, which may reap late; as zombies they counted against the
+    uid's RLIMIT_NPROC, and the next run on that uid could not fork. The launcher adopts them
+    (a child subreaper) and reaps them: none is left when the run ends."""
+    from wmrl.autoresearch.sandbox import procscan
+
+    res = run(sandboxes("subprocess"), ZOMBIES, data)
+    assert res.status == "ok", res.reason
+    uid = int(res.stdout_tail.split()[0])
+    assert procscan.find_by_uid(uid, zombies=True) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dedicated users exist only when the trainer is root")
+def test_a_uid_with_unreaped_processes_is_not_handed_out(tmp_path):
+    """Whatever the cause, a uid whose dead processes are not reaped yet is skipped until they are."""
+    from wmrl.autoresearch.sandbox.users import UserPool
+
+    uid = 300_300
+    pid = os.fork()
+    if pid == 0:  # a zombie of uid: it exits, and this process does not reap it yet
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        os._exit(0)
+    time.sleep(0.2)
+    pool = UserPool(base=uid, count=2, lock_dir=tmp_path / "locks")
+    try:
+        first = pool.acquire()
+        assert first.uid == uid + 1  # the dirty one skipped
+    finally:
+        os.waitpid(pid, 0)
+    pool.release(first)
+    again = pool.acquire()
+    assert again.uid == uid  # reaped: clean again
+    pool.release(again)
