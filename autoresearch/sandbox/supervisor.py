@@ -317,7 +317,10 @@ def supervise(  # noqa: C901 (the complexity ratchet: split it when it is next c
                         )
                 elif watchdog:
                     tree = procscan.descendants(proc.pid)
-                    tasks = sum(p.threads for p in tree)
+                    # The spawned process itself (the launcher, or bubblewrap) is ours, not the
+                    # solution's: counted, it made a solution at exactly its task limit (which
+                    # RLIMIT_NPROC enforces for a dedicated user) look one over, at random.
+                    tasks = sum(p.threads for p in tree if p.pid != proc.pid)
                     rss = sum(p.rss_bytes for p in tree)
                     out.watchdog_max_tasks = max(out.watchdog_max_tasks or 0, tasks)
                     if tasks > limits.max_processes:
