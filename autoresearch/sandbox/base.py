@@ -44,7 +44,7 @@ from .staging import StagingArea, fingerprint, readable_by_others
 from .supervisor import RawOutcome, SpawnSpec, classify, supervise
 from .users import USERS, SandboxUser, UserPool
 
-__all__ = ["LAUNCHER_PATH", "CpuAllocator", "LocalSandbox", "Sandbox", "SandboxError"]
+__all__ = ["LAUNCHER_PATH", "CpuAllocator", "LocalSandbox", "Sandbox", "SandboxError", "purge_after_run"]
 
 log = logging.getLogger("wmrl.autoresearch.sandbox")
 
@@ -325,12 +325,7 @@ class LocalSandbox(Sandbox):
             try:
                 if group is not None:
                     group.remove()
-                if user.dedicated:
-                    # The uid is this execution's alone: whatever still runs as it, or is owned
-                    # by it in the host's shared folders and IPC, is a leftover of this execution.
-                    leftovers = purge_uid(user.uid, user.gid).summary()
-                    if leftovers:
-                        warnings.append(f"sandbox user {user.uid}: {leftovers}")
+                warnings.extend(purge_after_run(user))
             finally:  # the uid and the stage go back whatever the clean-up met
                 self.users.release(user)
                 _remove_tree(stage)
@@ -428,6 +423,18 @@ def measured_resources(outcome: RawOutcome) -> Resources:
         peak_memory_mb=round(peak_mem / 2**20, 2) if peak_mem else None,
         max_tasks=(stats.pids_peak if stats is not None else None) or outcome.watchdog_max_tasks,
     )
+
+
+def purge_after_run(user: SandboxUser) -> list[str]:
+    """The execution's warning about what its dedicated uid left behind (none for a shared uid).
+
+    The uid is this execution's alone: whatever still runs as it, or is owned by it in the host's
+    shared folders and IPC, is a leftover of this execution (:func:`~.purge.purge_uid`).
+    """
+    if not user.dedicated:
+        return []
+    leftovers = purge_uid(user.uid, user.gid).summary()
+    return [f"sandbox user {user.uid}: {leftovers}"] if leftovers else []
 
 
 def _remove_tree(path: Path) -> None:

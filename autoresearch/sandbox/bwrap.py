@@ -116,13 +116,7 @@ def bwrap_problem(binary: str | None = None) -> str | None:
         return "bubblewrap (bwrap) is not installed (apt-get install bubblewrap)"
     # Probe the way executions run: as an unprivileged user when we are root (that needs
     # unprivileged user namespaces, which some hosts switch off).
-    prefix = [
-        _setpriv(),
-        f"--reuid={DEFAULT_UID_BASE}",
-        f"--regid={DEFAULT_UID_BASE}",
-        "--clear-groups",
-        "--",
-    ]
+    prefix = _as_user(DEFAULT_UID_BASE, DEFAULT_UID_BASE)
     cmd = [
         *(prefix if os.geteuid() == 0 else []),
         path,
@@ -151,6 +145,11 @@ def bwrap_problem(binary: str | None = None) -> str | None:
 
 def _setpriv() -> str:
     return shutil.which("setpriv") or "/usr/bin/setpriv"
+
+
+def _as_user(uid: int, gid: int) -> list[str]:
+    """The command prefix that drops root to ``uid``/``gid`` (no groups) before bubblewrap starts."""
+    return [_setpriv(), f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
 
 
 def _inside(path: Path, roots: Iterable[Path]) -> bool:
@@ -372,11 +371,7 @@ class BwrapSandbox(LocalSandbox):
             args = self._bwrap_args(data_dir=Path(data), limits=limits, gpu_args=gpu_args, files={})
             user = self.users.acquire()
             try:
-                prefix = (
-                    [_setpriv(), f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups", "--"]
-                    if user.dedicated
-                    else []
-                )
+                prefix = _as_user(user.uid, user.gid) if user.dedicated else []
                 done = subprocess.run(
                     [
                         *prefix,
@@ -514,11 +509,7 @@ class BwrapSandbox(LocalSandbox):
             cuda_visible_devices=None if gpu_args else "",
         )
         # Drop root before bubblewrap starts: its user namespace then belongs to the sandbox user.
-        prefix = (
-            [_setpriv(), f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups", "--"]
-            if user.dedicated
-            else []
-        )
+        prefix = _as_user(user.uid, user.gid) if user.dedicated else []
 
         def kill(pid: int, started: dict | None) -> None:
             # bwrap is the session leader; its PID-1 child has PDEATHSIG=SIGKILL, and when PID 1

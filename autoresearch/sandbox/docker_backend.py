@@ -39,7 +39,6 @@ import threading
 import time
 from pathlib import Path
 
-from . import procscan
 from .base import (
     _CPUS,
     LAUNCHER_PATH,
@@ -48,6 +47,7 @@ from .base import (
     SandboxError,
     _remove_tree,
     measured_resources,
+    purge_after_run,
 )
 from .bwrap import _ETC_FILES
 from .cgroups import CgroupStats, groups_of_pid, stats_of
@@ -363,15 +363,11 @@ class DockerSandbox(Sandbox):
                 with contextlib.suppress(Exception):
                     container.remove(force=True)
             _CPUS.release(cpus)
-            if user.dedicated:
-                strays = procscan.find_by_uid(user.uid)
-                if strays:
-                    procscan.kill_pids(strays)
-                    out.warnings.append(
-                        f"killed {len(strays)} stray process(es) of the sandbox user {user.uid}"
-                    )
-            self.users.release(user)
-            _remove_tree(stage)
+            try:
+                out.warnings.extend(purge_after_run(user))
+            finally:  # the uid and the stage go back whatever the clean-up met
+                self.users.release(user)
+                _remove_tree(stage)
         if out.host_kill is not None or out.exit_info is None:
             with contextlib.suppress(FileNotFoundError):
                 dest.unlink()

@@ -61,6 +61,7 @@ EXIT_CODE_EXEC_FAILED = 127
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE = 4
 SECCOMP_MODE_FILTER = 2
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWNS = 0x00020000
@@ -235,6 +236,15 @@ def _private_tmp(size_bytes: int, keep: list[str]) -> str | None:
     return None
 
 
+def _prctl(option: int, value: int) -> None:
+    """``prctl(option, value)`` on this process, best effort (a kernel without it changes nothing)."""
+    try:
+        _, libc = _libc()
+        libc.prctl(option, value, 0, 0, 0)
+    except (OSError, AttributeError, ImportError):
+        pass
+
+
 def _become_subreaper() -> None:
     """Orphans of the solution become this process's children, reaped in its loop.
 
@@ -243,22 +253,12 @@ def _become_subreaper() -> None:
     against the sandbox uid's ``RLIMIT_NPROC`` (round three: 63 zombies left a later run unable to
     fork).
     """
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    except (OSError, AttributeError, ImportError):
-        pass
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
 def _make_undumpable() -> None:
     """Forbid the (same-uid) solution to ptrace the launcher or read its memory via /proc."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
-    except (OSError, AttributeError, ImportError):
-        pass
+    _prctl(PR_SET_DUMPABLE, 0)
 
 
 def _copy_submission(path: str, cap: int) -> dict:

@@ -126,8 +126,9 @@ class UserPool:
                         except Exception:  # purge_uid reports what it cannot remove; this is a bug
                             log.exception("purging sandbox user %d failed", uid)
                         else:
-                            if purged.summary():
-                                log.warning("sandbox user %d: %s", uid, purged.summary())
+                            leftovers = purged.summary()
+                            if leftovers:
+                                log.warning("sandbox user %d: %s", uid, leftovers)
                             if purged.unreaped:
                                 # Its dead processes still count against RLIMIT_NPROC: a run
                                 # given it now could fork fewer tasks than its limit says.

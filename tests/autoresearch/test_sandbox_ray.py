@@ -61,6 +61,18 @@ def _pool(config, **kw):
     return make_ray_sandbox_pool("subprocess", config, **kw)
 
 
+def _run_once(config, code, data_dir, limits, backend="subprocess", **kw):
+    """One execution on a fresh Ray sandbox pool, closed afterwards: (result, the pool's counters)."""
+    from wmrl.autoresearch.sandbox.ray_pool import make_ray_sandbox_pool
+
+    pool = make_ray_sandbox_pool(backend, config, cache=None, **kw)
+    try:
+        return pool.run(code, data_dir, limits), pool.sandbox.pool.metrics()
+    finally:
+        pool.sandbox.close()
+        pool.close()
+
+
 def _wait_for_workers(pool, n, timeout_s=90):
     deadline = time.monotonic() + timeout_s
     while len(pool.sandbox.pool.workers()) < n and time.monotonic() < deadline:
@@ -151,12 +163,9 @@ def test_a_gpu_slot_gives_its_solution_its_own_gpu_only(ray_cluster, task, tmp_p
             for i in range(4)
         ]
         results = [f.result() for f in futures]
-        cpu_only = _pool(RayPoolConfig(slots=1, resources={"sandbox": 1}), cache=None)
-        try:
-            refused = cpu_only.run(SHOW_GPU, task.public_dir, Limits(gpu=True))
-        finally:
-            cpu_only.sandbox.close()
-            cpu_only.close()
+        refused, _ = _run_once(
+            RayPoolConfig(slots=1, resources={"sandbox": 1}), SHOW_GPU, task.public_dir, Limits(gpu=True)
+        )
     finally:
         pool.sandbox.close()
         pool.close()
@@ -171,12 +180,13 @@ def test_public_data_is_shipped_to_nodes_that_lack_it(ray_cluster, task):
 
     used = {}
     for ship in ("always", "auto"):
-        pool = _pool(RayPoolConfig(slots=1, resources={"sandbox": 1}), cache=None, ship_data=ship)
-        try:
-            result = pool.run(SHOW_DATA, task.public_dir, Limits())
-        finally:
-            pool.sandbox.close()
-            pool.close()
+        result, _ = _run_once(
+            RayPoolConfig(slots=1, resources={"sandbox": 1}),
+            SHOW_DATA,
+            task.public_dir,
+            Limits(),
+            ship_data=ship,
+        )
         assert result.status == "ok", result.reason
         assert any(line.startswith("DATA=") for line in result.stdout_tail.splitlines())
         (used[ship],) = [w for w in result.warnings if w.startswith("ran on Ray node")]
@@ -316,12 +326,13 @@ def test_shipped_data_never_reuses_a_folder_someone_else_planted(ray_cluster, ta
         for folder in {old_root.parent, old_root, new_root, *planted}:
             for path in [folder, *folder.rglob("*")]:
                 os.chown(path, attacker, attacker)
-        pool = _pool(RayPoolConfig(slots=1, resources={"sandbox": 1}), cache=None, ship_data="always")
-        try:
-            result = pool.run(LIST_DATA, task.public_dir, Limits())
-        finally:
-            pool.sandbox.close()
-            pool.close()
+        result, _ = _run_once(
+            RayPoolConfig(slots=1, resources={"sandbox": 1}),
+            LIST_DATA,
+            task.public_dir,
+            Limits(),
+            ship_data="always",
+        )
         assert result.status == "ok", result.reason
         (line,) = [x for x in result.stdout_tail.splitlines() if x.startswith("FILES=")]
         assert "answers.csv" not in json.loads(line[len("FILES=") :])
@@ -340,12 +351,12 @@ def test_a_shared_gpu_slot_says_its_memory_is_not_bounded(ray_cluster, task):
 
     warned = {}
     for share in (0.5, 1):
-        pool = _pool(RayPoolConfig(slots=1, gpus_per_slot=share, resources={"gpu_node": 1}), cache=None)
-        try:
-            result = pool.run(SHOW_GPU, task.public_dir, Limits(gpu=True, wall_time_s=60))
-        finally:
-            pool.sandbox.close()
-            pool.close()
+        result, _ = _run_once(
+            RayPoolConfig(slots=1, gpus_per_slot=share, resources={"gpu_node": 1}),
+            SHOW_GPU,
+            task.public_dir,
+            Limits(gpu=True, wall_time_s=60),
+        )
         assert result.status == "ok", result.reason
         warned[share] = any("not bounded per slot" in w for w in result.warnings)
     assert warned == {0.5: True, 1: False}
@@ -370,16 +381,13 @@ def test_attacking_the_launcher_on_a_ray_worker_is_a_failure_not_a_retried_unkno
     a solution that could fake one). A solution that attacks its launcher comes back as its own
     failure, once, with no retry and no harness failure on the pool's counters."""
     from wmrl.autoresearch.sandbox import Limits
-    from wmrl.autoresearch.sandbox.ray_pool import make_ray_sandbox_pool
 
-    pool = make_ray_sandbox_pool(
-        "bwrap", RayPoolConfig(slots=1, resources={"sandbox": 1}, retries=2), cache=None
+    result, counters = _run_once(
+        RayPoolConfig(slots=1, resources={"sandbox": 1}, retries=2),
+        ATTACK_LAUNCHER,
+        task.public_dir,
+        Limits(wall_time_s=60),
+        backend="bwrap",
     )
-    try:
-        result = pool.run(ATTACK_LAUNCHER, task.public_dir, Limits(wall_time_s=60))
-        counters = pool.sandbox.pool.metrics()
-    finally:
-        pool.sandbox.close()
-        pool.close()
     assert result.status == "error" and result.exit_code == 1, (result.status, result.reason)
     assert counters["pool/retries"] == 0 and counters["pool/harness_failures"] == 0, counters
