@@ -39,6 +39,7 @@ from wmrl.core.execnoise import ExecutionNoise
 from wmrl.core.fusion import Fusion, FusionConfig, FusionInputs
 from wmrl.core.fusion_rules import WeightContext
 from wmrl.core.gain import GainInputs, within_sums
+from wmrl.core.late import AsynchronyConfig, late_advantages
 from wmrl.core.memory import ExecutionMemory, MemoryConfig, MemoryLookup
 from wmrl.core.modes import MODE_PRESETS, Mode, apply_changes, resolve_memory
 from wmrl.core.plan import Plan, PlanStream, first_unknown, solution_key_matrix, task_keys_of, task_matrix
@@ -101,6 +102,8 @@ class CorrectorConfig:
     advantages: AdvantageConfig = field(default_factory=AdvantageConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
+    # real executions off the critical path (wmrl.core.late); 0 lag: synchronous
+    asynchrony: AsynchronyConfig = field(default_factory=AsynchronyConfig)
 
     @property
     def memory_on(self) -> bool:
@@ -334,6 +337,7 @@ class Corrector:
         in_flight: int = 0,
         group_size: int | None = None,
         solution_keys: Sequence[Sequence[str | None]] | np.ndarray | None = None,
+        in_flight_keys: frozenset[str] = frozenset(),
     ) -> Plan:
         """Choose this step's executions.
 
@@ -347,6 +351,8 @@ class Corrector:
                 carries ``execute`` and ``repeat`` masks of shape ``(n_groups, G)``.
             solution_keys: optional ``(n_groups, G)`` solution key per rollout (as in :meth:`correct`);
                 per-rollout anchors then execute each solution once per step.
+            in_flight_keys: solutions whose executions from earlier steps have not landed yet
+                (asynchronous anchors): single rollouts do not execute them again.
         """
         keys = tuple(str(k) for k in group_keys)
         n = len(keys)
@@ -414,9 +420,13 @@ class Corrector:
                     lookup.mean,
                     cal,
                     per_group=per_group,
+                    in_flight=in_flight_keys,
                 )
             if known is not None:
                 execute = first_unknown(execute, known, solutions)
+            if in_flight_keys and solutions is not None:
+                running = np.vectorize(lambda k: k in in_flight_keys, otypes=[bool])(solutions)
+                execute &= ~(running & ~mask[:, None])  # whole anchor groups execute every rollout
             repeat = self.scheduler.select_repeats(step, keys, execute)
         return Plan(
             step=step,
@@ -495,7 +505,83 @@ class Corrector:
         )
 
     # -- the steps of correct() -------------------------------------------------------------------
-    def _real_outcomes(self, step: StepInputs) -> _RealOutcomes:
+    def land(
+        self,
+        plan: Plan,
+        wm_scores: Scores,
+        anchor_scores: Scores,
+        applied_rewards: np.ndarray,
+        applied_advantages: np.ndarray,
+        wm_variance: Scores | None = None,
+        *,
+        anchor_repeats: Scores | None = None,
+        anchor_noise: NoiseModel | np.ndarray | None = None,
+        solution_keys: Sequence[Sequence[str | None]] | np.ndarray | None = None,
+        gradient: bool = True,
+    ) -> tuple[np.ndarray, np.ndarray, dict[str, float | None]]:
+        """An earlier step's executions have landed (asynchronous anchors, :mod:`wmrl.core.late`).
+
+        Their pairs feed the calibration, the fusion's and the gain's measurements and the memory, as a
+        synchronous step's would have (the map refitted now, at this step). ``plan``, the scores and
+        ``solution_keys`` are that step's, as :meth:`correct` took them then, with ``anchor_scores`` the
+        landed real scores; ``applied_rewards`` / ``applied_advantages`` what :meth:`correct` returned
+        for it (its ``rewards`` and ``advantages``).
+
+        Returns ``(rewards, advantages, metrics)``: ``(n_groups, G)`` rewards with the landed scores in
+        and the advantages to apply in this step's update (:func:`~wmrl.core.late.late_advantages`,
+        ``asynchrony.late_update``; NaN = nothing to apply; all NaN with ``gradient=False``, an
+        overdue landing used for calibration only).
+        """
+        step = StepInputs.check(
+            plan.step,
+            plan,
+            wm_scores,
+            anchor_scores,
+            wm_variance,
+            anchor_repeats,
+            anchor_noise,
+            solution_keys,
+        )
+        real = self._real_outcomes(step, count=False)
+        pairs = self._pairs(step, real)
+        self._measure(step, real, pairs)
+        self._debias(step, real, pairs)
+        recorded = self._remember(step)
+        executions = int(np.count_nonzero(~np.isnan(step.real)))
+        if step.second is not None:
+            executions += int(np.count_nonzero(~np.isnan(step.second)))
+        self._count_executions(executions, 0)
+        # only groups with an execution that landed change; within them every real outcome now known
+        landed_rows = (step.execute & ~np.isnan(real.executed_mean)).any(axis=1)
+        landed = np.where(landed_rows[:, None] & real.used, real.value, np.nan)
+        anchor = step.anchor
+
+        def cell_weights(rewards: np.ndarray, contributes: np.ndarray) -> np.ndarray:
+            known = ~np.isnan(rewards)
+            is_real = (anchor[:, None] | real.used) & known
+            calls = np.where(is_real | ~known, np.nan, 1.0)
+            return self.fusion.rollout_weights(WeightContext(anchor, contributes, is_real, known, calls))
+
+        rewards, advantages = late_advantages(
+            applied_rewards,
+            applied_advantages,
+            landed,
+            cell_weights,
+            self.config.advantages,
+            self.config.asynchrony.late_update,
+        )
+        if not gradient:
+            advantages = np.full_like(advantages, np.nan)
+        metrics: dict[str, float | None] = {
+            "async/landed_executions": float(executions),
+            "async/landed_pairs": float(pairs.rows.size),
+            "async/landed_groups": float(np.count_nonzero(landed_rows)),
+            "async/late_rollouts": float(np.count_nonzero(~np.isnan(advantages))),
+            "async/recorded": float(recorded),
+        }
+        return rewards, advantages, metrics
+
+    def _real_outcomes(self, step: StepInputs, count: bool = True) -> _RealOutcomes:
         """Repeated executions pooled (and their noise measured), the memory's outcomes for solutions
         it knew before this step, and a solution executed this step serving its other rollouts."""
         repeats = self.exec_noise.observe(step.real, step.second)
@@ -508,7 +594,7 @@ class Corrector:
                     executions > 0, np.nansum(np.stack([step.real, step.second]), axis=0) / executions, np.nan
                 )
         lookup = (
-            self.memory.lookup(step.keys, step.shape)
+            self.memory.lookup(step.keys, step.shape, count=count)
             if self.memory is not None
             else MemoryLookup.nothing(step.shape)
         )

@@ -138,6 +138,13 @@ class LoopTrainer:
                 f"{self.processes.world} processes (its update must train on result.local_advantages and "
                 "sum its gradients over the ranks)"
             )
+        lag = pipeline.asynchrony.max_anchor_lag
+        if lag > 0 and not getattr(domain, "late_anchors", False):
+            raise ValueError(
+                f"corrector.asynchrony.max_anchor_lag={lag} applies landed executions' groups in a later "
+                f"update, but {type(domain).__name__} does not declare late_anchors = True (its update must "
+                "train on result.late too, and keep each group's rollouts until then); set it to 0"
+            )
         self.domain = domain
         self.pipeline = pipeline
         self.config = config
@@ -254,7 +261,7 @@ class LoopTrainer:
         n_rollouts = sum(len(g.items) for g in batch)
         t_rollout = time.perf_counter()
         self._phase("scoring")
-        result = self.pipeline.step(batch, processes=processes)
+        result = self.pipeline.step(batch, processes=processes, drain=self._checkpoints_after(self.step))
         t_score = time.perf_counter()
         self._phase("update")
         with ledger.measure("update", items=n_rollouts):
@@ -287,6 +294,12 @@ class LoopTrainer:
         metrics["time/step_s"] = time.perf_counter() - t0
         self.writer.log(self.step - 1, metrics)
         return LoopStep(batch, result, metrics)
+
+    def _checkpoints_after(self, step: int) -> bool:
+        """Whether step ``step`` (0-based) ends with a scheduled checkpoint (asynchronous anchors drain
+        there, so a checkpoint never holds executions in flight)."""
+        every = self.config.checkpoint.every
+        return (every is not None and (step + 1) % every == 0) or step + 1 == self.config.steps
 
     def _write_completions(self, batch: list[Group], result: StepResult) -> None:
         width = max(len(g.items) for g in batch)
@@ -348,6 +361,15 @@ class LoopTrainer:
                     if self._stop_requested(stop):
                         break
                 if self._last_saved != self.step:
+                    if self.pipeline.in_flight.pending or self.pipeline.in_flight.overdue:
+                        # stopped between checkpoints: what is in flight lands for calibration and the
+                        # memory only (its gradient has no step left to go to)
+                        drained = self.pipeline.drain()
+                        print(
+                            f"[wmrl] stopped with executions in flight: {drained['async/drained']:.0f} step(s) of "
+                            "them were awaited and used for calibration and the memory only",
+                            file=sys.stderr,
+                        )
                     self.save_checkpoint()
                 stopped = self._stop_requested(stop) and self.step < cfg.steps
         finally:
@@ -411,6 +433,7 @@ class LoopTrainer:
         return report
 
     def close(self) -> None:
+        self.pipeline.close()
         self.session.close()
 
 

@@ -38,6 +38,7 @@ import numpy.typing as npt
 
 from wmrl.core.corrector import Correction, Corrector, CorrectorConfig, Plan
 from wmrl.core.distributed import Processes
+from wmrl.core.late import AnchorsInFlight, InFlight, LateGroups
 from wmrl.core.ledger import CostLedger
 from wmrl.core.modes import Mode, check_mode, resolve_corrector
 from wmrl.core.rollouts import Exact, Group
@@ -170,6 +171,9 @@ class StepResult:
     plan: Plan
     scores: Scores
     rows: slice = field(default_factory=lambda: slice(None))
+    #: earlier steps' groups whose executions landed now, with what they add to this step's update
+    #: (asynchronous anchors, :mod:`wmrl.core.late`; empty when synchronous)
+    late: list[LateGroups] = field(default_factory=list)
 
     @property
     def local_advantages(self) -> np.ndarray:
@@ -195,6 +199,15 @@ class StepResult:
     @property
     def metrics(self) -> dict[str, float | None]:
         return self.correction.metrics
+
+
+def _add_metrics(into: dict[str, float | None], more: Mapping[str, float | None]) -> None:
+    """Sum ``more`` into ``into`` key by key (``None`` stays ``None`` only where nothing is known)."""
+    for key, value in more.items():
+        if value is None:
+            into.setdefault(key, None)
+        else:
+            into[key] = (into.get(key) or 0.0) + float(value)
 
 
 def _put(out: Scores, part: Scores, rows: np.ndarray, real: bool) -> None:
@@ -277,6 +290,13 @@ class RewardPipeline:
         if isinstance(stream_chunks, bool) or not isinstance(stream_chunks, int) or stream_chunks < 1:
             raise ValueError(f"stream_chunks must be an integer >= 1; got {stream_chunks!r}")
         self.stream_chunks = stream_chunks
+        self.asynchrony = self.corrector.config.asynchrony
+        if self.asynchrony.enabled and self.mode is Mode.WORLD_MODEL:
+            raise ValueError(
+                "asynchrony.max_anchor_lag > 0 holds real executions in flight, but mode 'world_model' "
+                "executes nothing: set it to 0"
+            )
+        self.in_flight = AnchorsInFlight()
 
     def _check_sources(self, world_model: Any, anchor: Any) -> None:
         mode = self.mode.value
@@ -463,7 +483,12 @@ class RewardPipeline:
         return correction
 
     def step(
-        self, groups: Sequence[Group], in_flight: int = 0, processes: Processes | None = None
+        self,
+        groups: Sequence[Group],
+        in_flight: int = 0,
+        processes: Processes | None = None,
+        *,
+        drain: bool = False,
     ) -> StepResult:
         """Plan, score and correct ``groups`` (see the module docstring).
 
@@ -473,7 +498,19 @@ class RewardPipeline:
         batch's on every rank; each rank grades its own rollouts (the world model all of them, real
         execution the anchor groups' among them) and books them to its own ledger; the scores are
         gathered and every rank corrects the same whole batch. The result's ``rows`` are this rank's.
+
+        With ``asynchrony.max_anchor_lag > 0`` (:mod:`wmrl.core.late`) the step's executions are submitted
+        and not awaited, the executions due at this step are consumed first, and the result's ``late``
+        holds their groups with what they add to this step's update. ``drain``: wait for every execution
+        in flight and run this step's own synchronously (a step that writes a checkpoint).
         """
+        if self.asynchrony.enabled:
+            if processes is not None and processes.distributed:
+                raise ValueError(
+                    "asynchrony.max_anchor_lag > 0 is not supported on several processes yet: every rank would "
+                    "need the landed groups of its own share; set it to 0"
+                )
+            return self._step_async(groups, in_flight, drain)
         if processes is not None and processes.distributed:
             return self._step_ranks(groups, in_flight, processes)
         if not groups:
@@ -524,6 +561,169 @@ class RewardPipeline:
         )
         self.learn(items, scores.real)
         return StepResult(correction, plan, scores)
+
+    def _step_async(self, groups: Sequence[Group], in_flight: int, drain: bool) -> StepResult:
+        """:meth:`step` with executions off the critical path (see :mod:`wmrl.core.late`)."""
+        if not groups:
+            raise ValueError("step() needs at least one group")
+        for g in groups:
+            if len(g.items) == 0:
+                raise ValueError(f"group {g.key!r} is empty: every group needs at least one rollout")
+        now = self.corrector.step_count
+        late, late_metrics = self._land(None if drain else now)
+        keys = [g.key for g in groups]
+        tasks = None if all(g.task is None for g in groups) else [str(g.task) for g in groups]
+        width = max(len(g.items) for g in groups)
+        items = [item for g in groups for item in g.items]
+        cells = np.zeros((len(groups), width), dtype=bool)
+        for i, g in enumerate(groups):
+            cells[i, : len(g.items)] = True
+        flat_keys = self.keys_of(items)
+        solution_keys = None
+        if flat_keys is not None:
+            solution_keys = np.full((len(groups), width), None, dtype=object)
+            solution_keys[cells] = flat_keys
+        scores = self.score(items, anchor=False)
+        wm = self._matrix(groups, scores.wm, width)
+        plan = self.corrector.plan(
+            keys,
+            tasks,
+            wm if self.plans_after_scoring else None,
+            in_flight + self.in_flight.group_equivalents(width),
+            width,
+            solution_keys,
+            in_flight_keys=self.in_flight.solution_keys(),
+        )
+        execute_rows = plan.execute_mask(width)[cells]
+        repeat_rows = plan.repeat_mask(width)[cells]
+
+        def execute() -> Scores:
+            return self.score(items, execute_rows, world_model=False, repeat_rows=repeat_rows)
+
+        pending = None
+        if drain or not execute_rows.any():
+            scores.take_real(execute())
+        else:
+            pending = self.in_flight.submit(execute)
+        real = self._matrix(groups, scores.real, width)
+        correction = self.correct(
+            plan,
+            wm,
+            real,
+            self._matrix(groups, scores.wm_variance, width),
+            repeats=self._matrix(groups, scores.real_repeat, width),
+            solution_keys=solution_keys,
+        )
+        if pending is None:
+            self.learn(items, scores.real)
+        else:
+            running = set()
+            if solution_keys is not None:
+                running = {
+                    k for k in solution_keys[plan.execute_mask(width) & cells].tolist() if k is not None
+                }
+            self.in_flight.add(
+                InFlight(
+                    step=now,
+                    due=now + self.asynchrony.max_anchor_lag,
+                    plan=plan,
+                    groups=list(groups),
+                    items=items,
+                    cells=cells,
+                    wm=wm,
+                    wm_variance=self._matrix(groups, scores.wm_variance, width),
+                    rewards=correction.rewards.copy(),
+                    advantages=correction.advantages.copy(),
+                    solution_keys=solution_keys,
+                    executions=int(execute_rows.sum() + repeat_rows.sum()),
+                    future=pending,
+                    keys=frozenset(running),
+                )
+            )
+        late_metrics["async/in_flight_executions"] = float(self.in_flight.executions())
+        late_metrics["async/overdue_pending"] = float(len(self.in_flight.overdue))
+        correction.metrics.update(late_metrics)
+        return StepResult(correction, plan, scores, late=late)
+
+    def _land(self, step: int | None) -> tuple[list[LateGroups], dict[str, float | None]]:
+        """Consume the executions due at ``step`` (every one with ``None``), waiting for them as long as
+        ``asynchrony.overdue_after_s`` allows, and the overdue ones that have landed since (calibration
+        only). Returns the late groups and the step's ``async/*`` metrics."""
+        metrics: dict[str, float | None] = {
+            "async/landed_executions": 0.0,
+            "async/landed_pairs": 0.0,
+            "async/landed_groups": 0.0,
+            "async/late_rollouts": 0.0,
+            "async/recorded": 0.0,
+            "async/overdue": 0.0,
+            "async/overdue_landed": 0.0,
+            "async/lag_mean": None,
+        }
+        late: list[LateGroups] = []
+        if step is None:  # a drain waits for the overdue ones too
+            for entry in self.in_flight.overdue:
+                entry.future.result()
+        for entry, result in self.in_flight.landed_overdue():
+            self._apply_landing(entry, result, gradient=False)
+            metrics["async/overdue_landed"] = (metrics["async/overdue_landed"] or 0.0) + 1.0
+        due = self.in_flight.due(step)
+        timeout = None if step is None else self.asynchrony.overdue_after_s
+        results, waited = self.in_flight.wait(due, timeout)
+        if waited > 0 and due:
+            self.ledger.add("anchor_wait", waited, items=len(due))
+        metrics["async/wait_s"] = waited
+        now = self.corrector.step_count
+        lags = []
+        for entry, result in zip(due, results, strict=True):
+            if result is None:
+                metrics["async/overdue"] = (metrics["async/overdue"] or 0.0) + 1.0
+                continue
+            rewards, advantages, more = self._apply_landing(entry, result, gradient=True)
+            _add_metrics(metrics, more)
+            lags.append(now - entry.step)
+            late.append(LateGroups(entry.step, now - entry.step, entry.groups, advantages, rewards))
+        metrics["async/lag_mean"] = float(np.mean(lags)) if lags else None
+        return late, metrics
+
+    def _apply_landing(
+        self, entry: InFlight, result: Scores, gradient: bool
+    ) -> tuple[np.ndarray, np.ndarray, dict[str, float | None]]:
+        """Hand the corrector (and a learning world model) one landed step's executions."""
+
+        def matrix(flat: np.ndarray) -> np.ndarray:
+            out = np.full(entry.cells.shape, np.nan)
+            out[entry.cells] = flat
+            return out
+
+        rewards, advantages, metrics = self.corrector.land(
+            entry.plan,
+            entry.wm,
+            matrix(result.real),
+            entry.rewards,
+            entry.advantages,
+            entry.wm_variance if (~np.isnan(entry.wm_variance)).any() else None,
+            anchor_repeats=matrix(result.real_repeat) if result.real_repeat is not None else None,
+            anchor_noise=self.anchor_noise,
+            solution_keys=entry.solution_keys,
+            gradient=gradient,
+        )
+        self.learn(entry.items, result.real)
+        return rewards, advantages, metrics
+
+    def drain(self) -> dict[str, float | None]:
+        """Wait for every execution in flight and use it for calibration and the memory only (a run
+        stopped between its checkpoints: their gradient has no step left to go to). Returns metrics."""
+        metrics: dict[str, float | None] = {"async/drained": 0.0}
+        entries = self.in_flight.due(None) + self.in_flight.overdue
+        self.in_flight.overdue = []
+        for entry in entries:
+            self._apply_landing(entry, entry.future.result(), gradient=False)
+            metrics["async/drained"] = (metrics["async/drained"] or 0.0) + 1.0
+        return metrics
+
+    def close(self) -> None:
+        """Stop the executions' worker thread (after the ones in flight finish)."""
+        self.in_flight.close()
 
     def _can_stream(self) -> bool:
         sched = self.corrector.config.scheduler
@@ -697,6 +897,11 @@ class RewardPipeline:
         order (default: this process's); they are kept apart so a resume with the same number of ranks
         gives each rank back its own costs.
         """
+        if self.in_flight.pending or self.in_flight.overdue:
+            raise RuntimeError(
+                "a checkpoint cannot hold real executions in flight: drain them first (step(..., drain=True) "
+                "or drain())"
+            )
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         self.corrector.save(folder / CORRECTOR_FILE)

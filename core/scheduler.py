@@ -292,6 +292,7 @@ class AnchorScheduler:
         known_values: np.ndarray | None = None,
         calibrated: np.ndarray | None = None,
         per_group: float | None = None,
+        in_flight: frozenset[str] = frozenset(),
     ) -> np.ndarray:
         """Single rollouts to execute outside the anchor groups, shape ``(n_groups, G)`` bool.
 
@@ -316,7 +317,8 @@ class AnchorScheduler:
 
         With ``solution_keys`` (``(n_groups, G)`` object, ``None`` = unknown) a solution is executed
         once per step: ranks count distinct solutions within a group, and a solution already in an
-        anchor group or already chosen is skipped (its real score serves every rollout of it).
+        anchor group or already chosen is skipped (its real score serves every rollout of it), as is
+        one whose execution is still ``in_flight`` from an earlier step (asynchronous anchors).
         """
         wm = np.asarray(wm_scores, dtype=float)
         n, width = wm.shape
@@ -329,6 +331,7 @@ class AnchorScheduler:
         cal = None if calibrated is None else np.asarray(calibrated, dtype=float)
         keys = None if solution_keys is None else np.asarray(solution_keys, dtype=object)
         covered = set() if keys is None else {k for k in keys[anchor].reshape(-1).tolist() if k is not None}
+        covered |= set(in_flight) if keys is not None else set()
         if per_group is not None:
             for r in range(n):
                 if anchor[r]:

@@ -48,6 +48,19 @@ def register(root) -> None:
         help="compare at equal steps only (default: every arm is also continued to real's cost and compared "
         "at equal cost)",
     )
+    syn.add_argument(
+        "--exec-latency",
+        type=float,
+        default=0.0,
+        help="duration of one batch of real executions in step-times (a step's generation and world-model "
+        "scoring take 1): the modelled wall time of asynchronous anchors (default 0)",
+    )
+    syn.add_argument(
+        "--lag-sweep",
+        action="store_true",
+        help="also run the default arm with asynchronous anchors at lags 0, 1, 2, 4, 8 (and the full and "
+        "importance-weighted late updates): final reward, paired against lag 0, and modelled wall time",
+    )
     syn.add_argument("--out", default="runs/bench-synthetic", help="output directory")
     over = root.subcommand("bench", "overhead", "corrector step time and debiaser refit time", _overhead)
     over.add_argument("--quick", action="store_true", help="fewer sizes and repeats")

@@ -48,6 +48,7 @@ import numpy as np
 
 from wmrl.core.config import require
 from wmrl.core.corrector import Corrector, CorrectorConfig
+from wmrl.core.late import modelled_step_times
 from wmrl.core.modes import apply_changes
 from wmrl.core.sources import NoiseModel, as_source
 from wmrl.core.surrogate import Floats, FusedWorldModel, NearestNeighbours, SurrogateSource
@@ -174,6 +175,12 @@ class SimConfig:
     base_cost: float = 1.0
     wm_cost: float = 0.1
     exec_cost: float = 5.0
+    # asynchronous anchors (corrector.asynchrony.max_anchor_lag > 0): the duration of one execution batch
+    # in step-times (a step's generation and world-model scoring take 1), for the modelled wall time
+    # (ArmResult.wall); and the late gradient's importance weight min(pi_now / pi_behaviour, clip) (None:
+    # a plain stale gradient at the current policy)
+    exec_latency: float = 0.0
+    late_importance_clip: float | None = None
     corrector: CorrectorConfig = field(default_factory=CorrectorConfig)
 
     def __post_init__(self) -> None:
@@ -194,8 +201,13 @@ class SimConfig:
             "base_cost",
             "wm_cost",
             "exec_cost",
+            "exec_latency",
         ):
             require(getattr(self, name) >= 0, f"{name} must be >= 0")
+        require(
+            self.late_importance_clip is None or self.late_importance_clip >= 1,
+            f"late_importance_clip must be None or >= 1; got {self.late_importance_clip!r}",
+        )
         require(self.confusion_rate * self.bias_strength <= 1, "confusion_rate * bias_strength must be <= 1")
         require(
             self.exec_noise in EXEC_NOISE, f"exec_noise must be one of {EXEC_NOISE}; got {self.exec_noise!r}"
@@ -278,6 +290,9 @@ class ArmResult:
     wm_calls: np.ndarray  # (steps,) world-model predictions per step
     executions: np.ndarray  # (steps,) real executions per step
     metrics: list[dict] = field(default_factory=list)
+    # (steps + 1,) modelled wall time at the start of each step and at the end, in step-times (a model,
+    # wmrl.core.late.modelled_step_times, not a measurement); None for results saved before it existed
+    wall: np.ndarray | None = None
 
     def cost(self, cfg: SimConfig, exec_cost: float | None = None) -> np.ndarray:
         """Cumulative cost after each step, shape ``(steps + 1,)`` (0 before training)."""
@@ -293,6 +308,7 @@ class ArmResult:
             "wm_calls": self.wm_calls.tolist(),
             "executions": self.executions.tolist(),
             "metrics": self.metrics,
+            "wall": None if self.wall is None else self.wall.tolist(),
         }
 
     @classmethod
@@ -303,6 +319,7 @@ class ArmResult:
             wm_calls=np.asarray(data["wm_calls"]),
             executions=np.asarray(data["executions"]),
             metrics=list(data["metrics"]),
+            wall=None if data.get("wall") is None else np.asarray(data["wall"]),
         )
 
 
@@ -372,6 +389,8 @@ def run_arm(
     G = cfg.group_size
     limit = max_steps if max_steps is not None else 20 * cfg.steps
     spent = 0.0
+    lag = corrector.config.asynchrony.max_anchor_lag
+    in_flight: list[_Pending] = []  # executions submitted and not landed (lag > 0)
     step = -1
     while True:
         step += 1
@@ -409,22 +428,37 @@ def run_arm(
             scored = fused.score([items[g][i] for g, i in cells])
             for (g, i), value in zip(cells, scored, strict=True):
                 wm[g, i] = np.nan if value is None else value
-        plan = corrector.plan(keys, task_keys, wm, solution_keys=solutions)
+        late_grads = []
+        if lag > 0:  # the executions due now land first: calibration, memory, and their groups' gradient
+            in_flight, late_grads = _land_due(corrector, in_flight, step, declared, fused)
+            running = frozenset(k for p in in_flight for k in p.keys)
+            plan = corrector.plan(keys, task_keys, wm, solution_keys=solutions, in_flight_keys=running)
+        else:
+            plan = corrector.plan(keys, task_keys, wm, solution_keys=solutions)
         real = np.where(plan.execute, real_all, np.nan)
         again = None
         if plan.repeat.any():
             again = np.where(plan.repeat, cfg.execute(rng, true), np.nan)
+        submitted = None
+        if lag > 0 and (plan.execute.any() or plan.repeat.any()):
+            submitted = (real, again)  # in flight: this step trains on what is known without them
+            real = np.full_like(real, np.nan)
+            again = None
         out = corrector.correct(
             plan, wm, real, anchor_repeats=again, anchor_noise=declared, solution_keys=solutions
         )
+        if submitted is not None:
+            in_flight.append(
+                _Pending(step + lag, plan, wm, *submitted, out, solutions, tasks, picks, probs, items)
+            )
         if fused is not None and items is not None:
-            done = [(g, i) for g in range(len(tasks)) for i in range(G) if not np.isnan(real[g, i])]
-            fused.learn([items[g][i] for g, i in done], [float(real[g, i]) for g, i in done])
+            _learn(fused, items, real)
         adv = np.nan_to_num(out.advantages, nan=0.0)
         # ∇ log π(k) = e_k − π ; mean over all rollouts of the batch (as a token-mean loss would).
         onehot = np.zeros((len(tasks), G, cfg.n_solutions))
         np.put_along_axis(onehot, picks[:, :, None], 1.0, axis=2)
         grad = np.einsum("gi,gik->gk", adv, onehot - probs[:, None, :]) / (len(tasks) * G)
+        _apply_late(cfg, logits, late_grads, len(tasks))
         np.add.at(logits, tasks, cfg.lr * grad * len(tasks))
         curve.append(land.true_value(logits))
         n_roll = len(tasks) * G
@@ -442,4 +476,89 @@ def run_arm(
         wm_calls=np.array(wm_calls, dtype=float),
         executions=np.array(executions, dtype=float),
         metrics=metrics,
+        wall=modelled_step_times([e > 0 for e in executions], cfg.exec_latency, lag),
     )
+
+
+@dataclass
+class _Pending:
+    """One simulated step's executions in flight (asynchronous anchors), and what that step trained on."""
+
+    due: int
+    plan: Any
+    wm: np.ndarray
+    real: np.ndarray
+    again: np.ndarray | None
+    correction: Any
+    solutions: list[list[str]] | None
+    tasks: np.ndarray
+    picks: np.ndarray
+    probs: np.ndarray
+    items: list[list[_Item]] | None
+
+    @property
+    def rewards(self) -> np.ndarray:
+        return self.correction.rewards
+
+    @property
+    def advantages(self) -> np.ndarray:
+        return self.correction.advantages
+
+    @property
+    def keys(self) -> frozenset[str]:
+        if self.solutions is None:
+            return frozenset()
+        rows, cols = np.nonzero(self.plan.execute)
+        return frozenset(self.solutions[r][c] for r, c in zip(rows.tolist(), cols.tolist(), strict=True))
+
+
+def _land_due(
+    corrector: Corrector,
+    in_flight: list[_Pending],
+    step: int,
+    declared: NoiseModel | None,
+    fused: FusedWorldModel | None,
+) -> tuple[list[_Pending], list[tuple[_Pending, np.ndarray]]]:
+    """Land the executions due at ``step``: returns what stays in flight and each landed step's late advantages."""
+    landed = []
+    for p in [p for p in in_flight if p.due <= step]:
+        _, late_adv, _ = corrector.land(
+            p.plan,
+            p.wm,
+            p.real,
+            p.rewards,
+            p.advantages,
+            anchor_repeats=p.again,
+            anchor_noise=declared,
+            solution_keys=p.solutions,
+        )
+        if fused is not None and p.items is not None:
+            _learn(fused, p.items, p.real)
+        landed.append((p, late_adv))
+    return [p for p in in_flight if p.due > step], landed
+
+
+def _apply_late(
+    cfg: SimConfig, logits: np.ndarray, late: list[tuple[_Pending, np.ndarray]], n_groups: int
+) -> None:
+    """The landed groups' gradient: stale, at the current policy, over this step's batch size (with
+    ``cfg.late_importance_clip``: weighted by min(pi_now / pi_behaviour, clip))."""
+    G = cfg.group_size
+    for p, late_adv in late:
+        now = np.exp(logits[p.tasks] - logits[p.tasks].max(axis=1, keepdims=True))
+        now /= now.sum(axis=1, keepdims=True)
+        weight = np.nan_to_num(late_adv, nan=0.0)
+        if cfg.late_importance_clip is not None:
+            behaviour = np.take_along_axis(p.probs, p.picks, axis=1)
+            current = np.take_along_axis(now, p.picks, axis=1)
+            weight = weight * np.minimum(current / behaviour, cfg.late_importance_clip)
+        onehot = np.zeros((len(p.tasks), G, cfg.n_solutions))
+        np.put_along_axis(onehot, p.picks[:, :, None], 1.0, axis=2)
+        grad = np.einsum("gi,gik->gk", weight, onehot - now[:, None, :]) / (n_groups * G)
+        np.add.at(logits, p.tasks, cfg.lr * grad * n_groups)
+
+
+def _learn(fused: FusedWorldModel, items: list[list[_Item]], real: np.ndarray) -> None:
+    """Teach the surrogate the executed rollouts' outcomes (NaN: not executed or unknown)."""
+    done = [(g, i) for g in range(real.shape[0]) for i in range(real.shape[1]) if not np.isnan(real[g, i])]
+    fused.learn([items[g][i] for g, i in done], [float(real[g, i]) for g, i in done])

@@ -41,6 +41,7 @@ import numpy as np
 from scipy import stats
 
 from wmrl.core.bench.equal_cost import equal_cost_summary, format_equal_cost
+from wmrl.core.bench.lag_sweep import format_lag_sweep, lag_sweep
 from wmrl.core.bench.runstore import RunStore
 from wmrl.core.bench.simulation import ARMS, EXEC_NOISE, ArmResult, SimConfig, run_arm
 from wmrl.core.config import ConfigError, apply_overrides, from_dict, to_dict
@@ -425,8 +426,15 @@ def run_from_cli(args: argparse.Namespace) -> int:
     if args.variants < 0:
         print("--variants must be >= 0 (0: nothing recurs)", file=sys.stderr)
         return 2
+    if args.exec_latency < 0:
+        print("--exec-latency must be >= 0 (step-times)", file=sys.stderr)
+        return 2
     cfg = SimConfig(
-        exec_cost=args.exec_cost, exec_noise=args.exec_noise, corrector=corrector, variants=args.variants
+        exec_cost=args.exec_cost,
+        exec_noise=args.exec_noise,
+        corrector=corrector,
+        variants=args.variants,
+        exec_latency=args.exec_latency,
     )
     if args.quick:
         cfg = replace(cfg, steps=150, n_tasks=16, groups_per_step=12)
@@ -533,6 +541,10 @@ def _bench(
         result["noise_sweep"] = noise_sweep(cfg, seeds, arms=sweep_arms, run=run)
         print("\nExecution noise (final true reward ± 95% CI, (ratio to real)), same seeds:")
         print(format_noise_sweep(result["noise_sweep"]))
+    if args.lag_sweep:
+        result["lag_sweep"] = lag_sweep(cfg, seeds, run=run)
+        print("\nAsynchronous anchors (the wmrl arm; rewards at equal steps, same seeds):")
+        print(format_lag_sweep(result["lag_sweep"]))
     result["wall_s"] = time.perf_counter() - started
     (out / "results.json").write_text(json.dumps(result, indent=2))
     print(f"\nwrote {out / 'results.json'} and plots in {out} ({result['wall_s']:.0f} s)")

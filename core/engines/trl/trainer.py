@@ -53,6 +53,7 @@ from wmrl.core.corrector import Correction, Corrector, CorrectorConfig, Plan
 from wmrl.core.engines.trl.multiturn import EpisodeFactory, TurnContext, multi_turn_rollout
 from wmrl.core.engines.trl.shared_prefill import equal_runs, generate_shared
 from wmrl.core.interrupt import GracefulStop
+from wmrl.core.late import refuse_asynchrony
 from wmrl.core.ledger import CostLedger
 from wmrl.core.modes import Mode
 from wmrl.core.pipeline import RewardPipeline
@@ -240,6 +241,12 @@ class WMRLGRPOTrainer(GRPOTrainer):
             )
         self.pipeline = RewardPipeline(
             world_model, anchor, mode=mode, corrector=corrector, ledger=ledger, solution_key=solution_key
+        )
+        refuse_asynchrony(
+            self.pipeline.asynchrony,
+            "the TRL engine",
+            "GRPOTrainer's loss is computed on the batch it generated, and late groups would need their "
+            "completions and behaviour log-probabilities fed back into a later batch",
         )
         if not isinstance(turns, int) or isinstance(turns, bool) or turns < 1:
             raise ValueError(f"turns must be an integer >= 1; got {turns!r}")

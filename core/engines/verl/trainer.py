@@ -28,6 +28,7 @@ import numpy as np
 
 from wmrl.core.engines.verl.advantage import correct_rows, publish
 from wmrl.core.engines.verl.config import VerlConfig, load_object
+from wmrl.core.late import refuse_asynchrony
 from wmrl.core.pipeline import RewardPipeline
 
 __all__ = ["WMRLPPOTrainer", "build_pipeline", "load_state", "save_state"]
@@ -46,7 +47,14 @@ def build_pipeline(config: VerlConfig) -> RewardPipeline:
             raise RuntimeError("the world model scores in verl's reward loop, not in the trainer")
 
     wm = _ScoredInRewardLoop() if config.mode.value != "real" else None
-    return RewardPipeline(wm, anchor, mode=config.mode, corrector=config.corrector)
+    pipeline = RewardPipeline(wm, anchor, mode=config.mode, corrector=config.corrector)
+    refuse_asynchrony(
+        pipeline.asynchrony,
+        "the verl integration",
+        "its wmrl_sync trainer scores a batch inside verl's synchronous PPO step, which has no place for "
+        "an earlier batch's late groups",
+    )
+    return pipeline
 
 
 def save_state(pipeline: RewardPipeline, step_folder: str | os.PathLike) -> None:

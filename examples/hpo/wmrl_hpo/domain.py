@@ -20,7 +20,14 @@ from wmrl_hpo.tasks import SPACE, Rollout, cross_validated
 
 
 class HPODomain:
-    """A :class:`wmrl.core.loop.LoopDomain`: groups of G configurations per task."""
+    """A :class:`wmrl.core.loop.LoopDomain`: groups of G configurations per task.
+
+    It trains on late anchors too (``late_anchors``): an earlier step's groups whose executions landed
+    at this step, with their late advantages (``result.late``), as a plain stale gradient (a
+    configuration's log-probability under the current logits; its rollouts keep what they are).
+    """
+
+    late_anchors = True
 
     def __init__(self, config: HPOConfig) -> None:
         self.config = config
@@ -55,17 +62,25 @@ class HPODomain:
         return out
 
     def update(self, batch: list[Group], result: StepResult, step: int) -> Mapping[str, float | None]:
-        advantages = torch.as_tensor(np.nan_to_num(result.advantages, nan=0.0), dtype=torch.float32)
-        known = torch.as_tensor(~np.isnan(result.advantages), dtype=torch.float32)
+        # this step's groups, then the earlier groups whose executions landed now (late anchors)
+        groups = list(batch) + [g for late in result.late for g in late.groups]
+        matrices = [np.asarray(result.advantages, dtype=float)] + [late.advantages for late in result.late]
+        width = max(m.shape[1] for m in matrices)
+        padded = [np.pad(m, ((0, 0), (0, width - m.shape[1])), constant_values=np.nan) for m in matrices]
+        raw = np.concatenate(padded, axis=0)
+        advantages = torch.as_tensor(np.nan_to_num(raw, nan=0.0), dtype=torch.float32)
+        known = torch.as_tensor(~np.isnan(raw), dtype=torch.float32)
         logp = torch.zeros_like(advantages)
-        for g, group in enumerate(batch):
+        for g, group in enumerate(groups):
             t = self.tasks.index(group.task)
             for i, rollout in enumerate(group.items):
                 logp[g, i] = sum(
                     torch.log_softmax(logits[t], 0)[c]
                     for logits, c in zip(self.logits, rollout.choice, strict=True)
                 )
-        loss = -(advantages * logp * known).sum() / known.sum().clamp(min=1)
+        # normalised by this step's rollouts: a late correction adds to the step, it does not dilute it
+        own = torch.as_tensor(~np.isnan(np.asarray(result.advantages, dtype=float)), dtype=torch.float32)
+        loss = -(advantages * logp * known).sum() / own.sum().clamp(min=1)
         self.optimizer.zero_grad()
         loss.backward()
         self.optimizer.step()
