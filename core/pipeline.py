@@ -201,6 +201,10 @@ class StepResult:
         return self.correction.metrics
 
 
+#: ``(entry, its execution pass's Scores) -> (real, repeats)``, the entry's whole step as ``(n_groups, G)``.
+Matrices = Callable[[InFlight, "Scores"], tuple[np.ndarray, np.ndarray | None]]
+
+
 def _add_metrics(into: dict[str, float | None], more: Mapping[str, float | None]) -> None:
     """Sum ``more`` into ``into`` key by key (``None`` stays ``None`` only where nothing is known)."""
     for key, value in more.items():
@@ -570,7 +574,7 @@ class RewardPipeline:
             if len(g.items) == 0:
                 raise ValueError(f"group {g.key!r} is empty: every group needs at least one rollout")
         now = self.corrector.step_count
-        late, late_metrics = self._land(None if drain else now)
+        late, late_metrics = self.land_due(None if drain else now)
         keys = [g.key for g in groups]
         tasks = None if all(g.task is None for g in groups) else [str(g.task) for g in groups]
         width = max(len(g.items) for g in groups)
@@ -645,10 +649,18 @@ class RewardPipeline:
         correction.metrics.update(late_metrics)
         return StepResult(correction, plan, scores, late=late)
 
-    def _land(self, step: int | None) -> tuple[list[LateGroups], dict[str, float | None]]:
-        """Consume the executions due at ``step`` (every one with ``None``), waiting for them as long as
-        ``asynchrony.overdue_after_s`` allows, and the overdue ones that have landed since (calibration
-        only). Returns the late groups and the step's ``async/*`` metrics."""
+    def land_due(
+        self, step: int | None, matrices: Matrices | None = None
+    ) -> tuple[list[LateGroups], dict[str, float | None]]:
+        """Consume the executions due at ``step`` (every one with ``None``: a drain), waiting for them as
+        long as ``asynchrony.overdue_after_s`` allows (a drain waits for everything, the overdue too), and
+        the overdue ones that have landed since (calibration only). Returns the late groups and the
+        step's ``async/*`` metrics.
+
+        ``matrices``: ``(entry, its execution pass's Scores) -> (real, repeats)`` as ``(n_groups, G)``
+        matrices of the entry's whole step (default: the pass's flat scores placed at ``entry.cells``; an
+        engine whose ranks execute their own rows gathers them here, on every rank at once).
+        """
         metrics: dict[str, float | None] = {
             "async/landed_executions": 0.0,
             "async/landed_pairs": 0.0,
@@ -664,7 +676,7 @@ class RewardPipeline:
             for entry in self.in_flight.overdue:
                 entry.future.result()
         for entry, result in self.in_flight.landed_overdue():
-            self._apply_landing(entry, result, gradient=False)
+            self._apply_landing(entry, result, False, matrices)
             metrics["async/overdue_landed"] = (metrics["async/overdue_landed"] or 0.0) + 1.0
         due = self.in_flight.due(step)
         timeout = None if step is None else self.asynchrony.overdue_after_s
@@ -678,7 +690,7 @@ class RewardPipeline:
             if result is None:
                 metrics["async/overdue"] = (metrics["async/overdue"] or 0.0) + 1.0
                 continue
-            rewards, advantages, more = self._apply_landing(entry, result, gradient=True)
+            rewards, advantages, more = self._apply_landing(entry, result, True, matrices)
             _add_metrics(metrics, more)
             lags.append(now - entry.step)
             late.append(LateGroups(entry.step, now - entry.step, entry.groups, advantages, rewards))
@@ -686,38 +698,44 @@ class RewardPipeline:
         return late, metrics
 
     def _apply_landing(
-        self, entry: InFlight, result: Scores, gradient: bool
+        self, entry: InFlight, result: Scores, gradient: bool, matrices: Matrices | None = None
     ) -> tuple[np.ndarray, np.ndarray, dict[str, float | None]]:
         """Hand the corrector (and a learning world model) one landed step's executions."""
 
-        def matrix(flat: np.ndarray) -> np.ndarray:
+        def placed(flat: np.ndarray | None) -> np.ndarray | None:
+            if flat is None:
+                return None
             out = np.full(entry.cells.shape, np.nan)
             out[entry.cells] = flat
             return out
 
+        if matrices is None:
+            real, repeats = placed(result.real), placed(result.real_repeat)
+        else:
+            real, repeats = matrices(entry, result)
         rewards, advantages, metrics = self.corrector.land(
             entry.plan,
             entry.wm,
-            matrix(result.real),
+            real,
             entry.rewards,
             entry.advantages,
             entry.wm_variance if (~np.isnan(entry.wm_variance)).any() else None,
-            anchor_repeats=matrix(result.real_repeat) if result.real_repeat is not None else None,
+            anchor_repeats=repeats,
             anchor_noise=self.anchor_noise,
             solution_keys=entry.solution_keys,
             gradient=gradient,
         )
-        self.learn(entry.items, result.real)
+        self.learn(entry.items, result.real)  # this process's own executions
         return rewards, advantages, metrics
 
-    def drain(self) -> dict[str, float | None]:
+    def drain(self, matrices: Matrices | None = None) -> dict[str, float | None]:
         """Wait for every execution in flight and use it for calibration and the memory only (a run
         stopped between its checkpoints: their gradient has no step left to go to). Returns metrics."""
         metrics: dict[str, float | None] = {"async/drained": 0.0}
         entries = self.in_flight.due(None) + self.in_flight.overdue
         self.in_flight.overdue = []
         for entry in entries:
-            self._apply_landing(entry, entry.future.result(), gradient=False)
+            self._apply_landing(entry, entry.future.result(), False, matrices)
             metrics["async/drained"] = (metrics["async/drained"] or 0.0) + 1.0
         return metrics
 

@@ -50,10 +50,11 @@ from trl import GRPOTrainer
 
 from wmrl.core.completions import CompletionsTable, completion_rows, format_sample
 from wmrl.core.corrector import Correction, Corrector, CorrectorConfig, Plan
+from wmrl.core.engines.trl.late_rows import append_rows, keep_rows
 from wmrl.core.engines.trl.multiturn import EpisodeFactory, TurnContext, multi_turn_rollout
 from wmrl.core.engines.trl.shared_prefill import equal_runs, generate_shared
 from wmrl.core.interrupt import GracefulStop
-from wmrl.core.late import refuse_asynchrony
+from wmrl.core.late import InFlight, refuse_asynchrony
 from wmrl.core.ledger import CostLedger
 from wmrl.core.modes import Mode
 from wmrl.core.pipeline import RewardPipeline
@@ -121,6 +122,13 @@ class _Step:
     row_statuses: list[str | None] = field(default_factory=list)
     #: this rank's real-execution grades (for ``real_metrics``)
     real_grades: list[Any] = field(default_factory=list)
+    #: asynchronous anchors: this batch's executions in flight (a Future of this rank's Scores), whether
+    #: it drains, its items and gathered solution keys (kept for the landing), what landed at it
+    pending: Any = None
+    drain: bool = False
+    items: list[Any] = field(default_factory=list)
+    solution_keys: np.ndarray | None = None
+    late_metrics: dict[str, float | None] = field(default_factory=dict)
 
     def add_time(self, seconds: Mapping[str, float]) -> None:
         for name, value in seconds.items():
@@ -242,12 +250,6 @@ class WMRLGRPOTrainer(GRPOTrainer):
         self.pipeline = RewardPipeline(
             world_model, anchor, mode=mode, corrector=corrector, ledger=ledger, solution_key=solution_key
         )
-        refuse_asynchrony(
-            self.pipeline.asynchrony,
-            "the TRL engine",
-            "GRPOTrainer's loss is computed on the batch it generated, and late groups would need their "
-            "completions and behaviour log-probabilities fed back into a later batch",
-        )
         if not isinstance(turns, int) or isinstance(turns, bool) or turns < 1:
             raise ValueError(f"turns must be an integer >= 1; got {turns!r}")
         multi_turn = turns > 1
@@ -307,6 +309,67 @@ class WMRLGRPOTrainer(GRPOTrainer):
             )
         self.add_callback(_OptimizerTimer(self))
         self.add_callback(_StopOnRequest(self))
+        if self.pipeline.asynchrony.enabled:
+            self._check_asynchrony()
+
+    def _check_asynchrony(self) -> None:
+        """Refuse the settings asynchronous anchors cannot honour in TRL, each with its reason."""
+        why = None
+        args = self.args
+        if self.turns > 1:
+            why = "K-turn episodes grade every turn inside the rollout, so a late trajectory would need its turns replayed"
+        elif self.loss_type not in ("dapo", "cispo", "vespo"):
+            why = (
+                f"loss_type={self.loss_type!r} normalises per micro-batch, so late rows would dilute the step's own; "
+                "use a token-sum loss ('dapo', the default, 'cispo' or 'vespo')"
+            )
+        elif self.num_iterations != 1 or args.steps_per_generation != args.gradient_accumulation_steps:
+            why = "a generation batch must be exactly one optimiser step (num_iterations=1, steps_per_generation = gradient_accumulation_steps)"
+        elif str(args.save_strategy) not in ("no", "steps", "SaveStrategy.NO", "SaveStrategy.STEPS"):
+            why = (
+                "checkpoints drain the executions in flight at known steps: use save_strategy 'steps' or 'no'"
+            )
+        elif self.accelerator.num_processes > 1 and self.pipeline.asynchrony.overdue_after_s is not None:
+            why = (
+                "overdue_after_s would let ranks disagree on what landed; leave it None on several processes"
+            )
+        if why is not None:
+            refuse_asynchrony(self.pipeline.asynchrony, "the TRL engine here", why)
+
+    def _drains_now(self) -> bool:
+        """Whether the step being generated ends with a checkpoint (or the run): it waits for every
+        execution in flight and runs its own synchronously, so no checkpoint holds executions in flight."""
+        done = self.state.global_step + 1
+        args = self.args
+        saves = str(args.save_strategy) in ("steps", "SaveStrategy.STEPS") and args.save_steps
+        every = int(args.save_steps) if saves and args.save_steps >= 1 else None
+        return (every is not None and done % every == 0) or (args.max_steps > 0 and done >= args.max_steps)
+
+    def _gathered_matrices(self, entry: InFlight, result: Any) -> tuple[np.ndarray, np.ndarray]:
+        """A landed batch's real scores, every rank's rows gathered: ``(n_groups, G)`` real and repeats."""
+        local = np.stack(
+            [np.asarray(result.real, dtype=np.float64), np.asarray(result.real_repeat, dtype=np.float64)],
+            axis=1,
+        )
+        gathered = (
+            self.accelerator.gather(torch.tensor(local, dtype=torch.float64, device=self.accelerator.device))
+            .cpu()
+            .numpy()
+        )
+        g = self.num_generations
+        return gathered[:, 0].reshape(-1, g), gathered[:, 1].reshape(-1, g)
+
+    def _land(self, drain: bool) -> tuple[list[tuple[dict[str, Any], np.ndarray]], dict[str, float | None]]:
+        """Consume the executions due at this generation batch: their pairs feed the corrector, their rows
+        come back with this rank's late advantages."""
+        now = self.corrector.step_count
+        late, metrics = self.pipeline.land_due(None if drain else now, self._gathered_matrices)
+        rows = []
+        for entry in late:
+            n = entry.groups["completion_ids"].shape[0]
+            first = self.accelerator.process_index * n
+            rows.append((entry.groups, np.asarray(entry.advantages).reshape(-1)[first : first + n]))
+        return rows, metrics
 
     def _check_multi_turn(self, episodes: EpisodeFactory | None) -> None:
         if episodes is None:
@@ -511,6 +574,10 @@ class WMRLGRPOTrainer(GRPOTrainer):
             )
         step = self._new_step(inputs)
         self._wmrl_step = step
+        late: list[tuple[dict[str, Any], np.ndarray]] = []
+        if self.pipeline.asynchrony.enabled:  # what is due lands before this batch is planned and corrected
+            step.drain = self._drains_now()
+            late, step.late_metrics = self._land(step.drain)
         self.on_phase("generation")
         if not self.pipeline.plans_after_scoring:
             self._plan(step)  # from keys only: before generation, so K-turn rollouts know their stream
@@ -518,10 +585,64 @@ class WMRLGRPOTrainer(GRPOTrainer):
         correction = step.correction
         if correction is None:  # pragma: no cover - _calculate_rewards always sets it
             raise RuntimeError("the corrector did not run for this batch")
+        original_tool_mask = output.get("tool_mask")  # TRL's own (tools), before unknown rows are masked
         self._apply_advantages(output, correction, step)
+        if self.pipeline.asynchrony.enabled:
+            # the normaliser of a synchronous step (every row of the batch, pending ones included), so that
+            # this batch's rows train at the same scale and late rows add to them without diluting them
+            base = (
+                output["completion_mask"]
+                if original_tool_mask is None
+                else output["completion_mask"] * original_tool_mask
+            )
+            output["num_items_in_batch"] = self.accelerator.gather(base.sum()).sum()
+        if step.pending is not None:
+            self._hold(step, output, original_tool_mask)
+        if step.late_metrics:
+            step.late_metrics["async/in_flight_executions"] = float(self.pipeline.in_flight.executions())
+            correction.metrics.update(step.late_metrics)
         self._log_step(correction, step)
         self._write_completions(step, output)
+        if late:
+            output = append_rows(
+                output, late, self.processing_class.pad_token_id, self.args.steps_per_generation
+            )
         return output
+
+    def _hold(self, step: _Step, output: dict[str, Any], tool_mask: Any) -> None:
+        """Keep this batch's rows and what it trained on until its executions land (``tool_mask``: TRL's
+        own, without the masking of this batch's unknown rows, which the landing may make known)."""
+        assert step.plan is not None and step.correction is not None and step.columns is not None
+        rows = keep_rows(output)
+        rows.pop("tool_mask", None)
+        if tool_mask is not None:
+            rows["tool_mask"] = tool_mask.detach().to("cpu", copy=True)
+        g = self.num_generations
+        wm, var = step.columns[:, 0].reshape(-1, g), step.columns[:, 1].reshape(-1, g)
+        n_groups = wm.shape[0]
+        executed = step.plan.execute_mask(g)
+        keys = step.solution_keys
+        running = set()
+        if keys is not None:
+            running = {k for k in keys[executed].tolist() if k is not None}
+        self.pipeline.in_flight.add(
+            InFlight(
+                step=self.corrector.step_count - 1,
+                due=self.corrector.step_count - 1 + self.pipeline.asynchrony.max_anchor_lag,
+                plan=step.plan,
+                groups=rows,
+                items=step.items,
+                cells=np.ones((n_groups, g), dtype=bool),
+                wm=wm,
+                wm_variance=var,
+                rewards=step.correction.rewards.copy(),
+                advantages=step.correction.advantages.copy(),
+                solution_keys=keys,
+                executions=int(executed.sum() + step.plan.repeat_mask(g).sum()),
+                future=step.pending,
+                keys=frozenset(running),
+            )
+        )
 
     def _apply_advantages(self, output: dict[str, Any], correction: Correction, step: _Step) -> None:
         flat = np.asarray(correction.advantages, dtype=np.float64).reshape(-1)
@@ -636,6 +757,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
             keys = np.array([k for rank in gather_object([local_keys]) for k in rank], dtype=object).reshape(
                 -1, g
             )
+        step.solution_keys = keys
         start = time.perf_counter()
         correction = self.pipeline.correct(
             step.plan, wm, real, var, rollouts=step.n_local, repeats=repeats, solution_keys=keys
@@ -657,6 +779,23 @@ class WMRLGRPOTrainer(GRPOTrainer):
                 flat = [k for rank in gather_object([keys]) for k in rank]
                 all_keys = np.array(flat, dtype=object).reshape(-1, self.num_generations)
             self._plan(step, all_wm, all_keys)
+            if self._submit(step, items):
+                return self._graded_without_real(step, scores)
+            second = self.pipeline.score(
+                items,
+                self.local_anchor_rows(step),
+                world_model=False,
+                repeat_rows=self.local_repeat_rows(step),
+            )
+            step.add_time(second.seconds)
+            scores.take_real(second)
+            scores.seconds = {}
+        elif self.pipeline.asynchrony.enabled and not step.drain:
+            scores = self.pipeline.score(items, anchor=False)
+            step.add_time(scores.seconds)
+            scores.seconds = {}
+            if self._submit(step, items):
+                return self._graded_without_real(step, scores)
             second = self.pipeline.score(
                 items,
                 self.local_anchor_rows(step),
@@ -683,6 +822,26 @@ class WMRLGRPOTrainer(GRPOTrainer):
             else (wm.status if wm is not None else None)
             for is_anchor, wm, real in zip(anchor_rows, scores.wm_grades, scores.real_grades, strict=True)
         ]
+        return scores.columns()
+
+    def _submit(self, step: _Step, items: list[Any]) -> bool:
+        """Asynchronous anchors: submit this batch's executions and do not wait (``False``: run them now,
+        synchronous or a draining batch, or none planned on any rank)."""
+        if not self.pipeline.asynchrony.enabled or step.drain:
+            return False
+        assert step.plan is not None
+        if not step.plan.execute_mask(self.num_generations).any():
+            return False
+        rows, repeats = self.local_anchor_rows(step), self.local_repeat_rows(step)
+        step.items = list(items)
+        step.pending = self.pipeline.in_flight.submit(
+            lambda: self.pipeline.score(items, rows, world_model=False, repeat_rows=repeats)
+        )
+        return True
+
+    def _graded_without_real(self, step: _Step, scores: Any) -> np.ndarray:
+        """The batch's columns while its executions are in flight: the world model's, no real scores."""
+        step.row_statuses = [wm.status if wm is not None else None for wm in scores.wm_grades]
         return scores.columns()
 
     # ------------------------------------------------------------------ K-turn episodes
@@ -784,6 +943,9 @@ class WMRLGRPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ checkpoints
 
     def _save_checkpoint(self, model, trial):
+        if self.pipeline.in_flight.pending or self.pipeline.in_flight.overdue:
+            # a save between the drained steps (a stop): what is in flight lands for calibration only
+            self.pipeline.drain(self._gathered_matrices)
         super()._save_checkpoint(model, trial)
         folder = os.path.join(
             self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"

@@ -1,0 +1,81 @@
+"""Asynchronous anchors in the TRL engine (tiny model, closed-form sources): a batch's executions run
+while the next batches train, and its rows come back in a later batch with their late advantages."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_training_trainer import Spy, grpo_args, make_trainer, real_formula
+
+pytestmark = [pytest.mark.trl]
+
+
+def _async(lag, **extra):
+    from wmrl.core.late import AsynchronyConfig
+
+    return {"asynchrony": AsynchronyConfig(max_anchor_lag=lag, **extra)}
+
+
+def test_a_batchs_rows_return_lag_batches_later_with_their_late_advantages(tmp_path):
+    from wmrl.core.advantages import group_advantages
+
+    trainer, _, anchor = make_trainer(
+        tmp_path, "wmrl", preset_changes=_async(1), args=grpo_args(tmp_path, steps=4)
+    )
+    spy = Spy(trainer)
+    trainer.train()
+    own = 4  # 2 prompts x groups of 2
+    outputs, corrections = spy.outputs, spy.corrections
+    assert len(outputs) == 4
+    assert outputs[0]["advantages"].shape[0] == own  # nothing has landed yet
+    for t in (1, 2, 3):  # batch t carries batch t-1's rows (the last batch drains: its own run synchronously)
+        out, before = outputs[t], outputs[t - 1]
+        assert out["advantages"].shape[0] == 2 * own
+        late_ids, before_ids = out["completion_ids"][own:], before["completion_ids"][:own]
+        width = before_ids.shape[1]
+        assert (late_ids[:, :width] == before_ids).all()
+        # the late advantages: group advantages with the landed real scores in, less what batch t-1 applied
+        plan, _, real_then, _, corr = corrections[t - 1]
+        assert np.isnan(real_then).all(), "a batch in flight trained without its real scores"
+        texts = trainer.processing_class.batch_decode(before_ids, skip_special_tokens=True)
+        executed = plan.execute_mask(2).reshape(-1)
+        landed = np.where(executed, [real_formula(x) for x in texts], np.nan).reshape(-1, 2)
+        rewards = np.where(np.isnan(landed), corr.rewards, landed)
+        expected = group_advantages(rewards, None, trainer.corrector.config.advantages).advantages
+        expected = expected - np.nan_to_num(corr.advantages)
+        changed = executed.reshape(-1, 2).any(axis=1)
+        got = out["advantages"][own:].numpy().reshape(-1, 2)
+        np.testing.assert_allclose(got[changed], expected[changed], atol=1e-5)
+        assert np.all(got[~changed] == 0)
+    last_plan, _, last_real, _, _ = corrections[3]
+    assert not np.isnan(last_real[last_plan.execute_mask(2)]).all(), "the draining batch executed its own"
+    logged = trainer.state.log_history[1]
+    assert logged["async/landed_executions"] > 0 and logged["async/lag_mean"] == 1.0
+    assert not trainer.pipeline.in_flight.pending
+    assert anchor.calls >= 3
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"loss_type": "grpo"}, "token-sum loss"),
+        ({"num_iterations": 2}, "one optimiser step"),
+        ({"save_strategy": "epoch"}, "save_strategy"),
+    ],
+)
+def test_settings_that_cannot_carry_late_rows_are_refused(tmp_path, changes, message):
+    with pytest.raises(ValueError, match=message):
+        make_trainer(tmp_path, "wmrl", preset_changes=_async(1), args=grpo_args(tmp_path, **changes))
+
+
+def test_a_lag_of_zero_trains_as_before(tmp_path):
+    """max_anchor_lag = 0 is the synchronous trainer: the same advantages as a run without the setting."""
+    runs = []
+    for name, changes in (("sync", None), ("lag0", _async(0))):
+        trainer, _, _ = make_trainer(
+            tmp_path / name, "wmrl", preset_changes=changes, args=grpo_args(tmp_path / name, steps=2)
+        )
+        spy = Spy(trainer)
+        trainer.train()
+        runs.append([o["advantages"].numpy().tolist() for o in spy.outputs])
+    assert runs[0] == runs[1]
