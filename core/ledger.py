@@ -1,7 +1,10 @@
 """The cost ledger: what a run spent per stream, and what real-execution GRPO would have spent.
 
 Streams: ``world_model`` (predictions), ``anchor`` (real execution), ``generation`` (sampling
-rollouts) and ``update`` (the optimiser step); any other name may be added. Each record holds
+rollouts) and ``update`` (the optimiser step); any other name may be added, as ``anchor_wait`` is with
+asynchronous anchors (the trainer idle on executions due at a step; its accelerators are the trainer's,
+so its accelerator-seconds are what waiting on anchors wastes). A sandbox with GPUs books them on
+``anchor`` (its GPUs held x its wall seconds). Each record holds
 wall seconds, accelerator-seconds (wall × accelerators held, the paper's GPU-hours unit) and the
 number of items processed, so per-item costs can be extrapolated.
 

@@ -312,7 +312,16 @@ def build_trainer(
     held = 0.0  # accelerators this process holds: its own GPU per rank, all GPUs for one process
     if device.startswith("cuda"):
         held = 1.0 if processes.num_processes > 1 else float(max(torch.cuda.device_count(), 1))
-    ledger = CostLedger({"generation": held, "update": held, "world_model": min(held, 1.0), "anchor": 0.0})
+    # The sandbox's GPUs are the anchor stream's accelerators; the trainer's are idle while it waits on anchors.
+    ledger = CostLedger(
+        {
+            "generation": held,
+            "update": held,
+            "world_model": min(held, 1.0),
+            "anchor": config.sandbox.gpus_held,
+            "anchor_wait": held,
+        }
+    )
     multi_turn = config.episode.turns > 1
     run_log = RunLogCallback(writer, progress and config.logging.progress and main, config.steps)
     trainer = WMRLGRPOTrainer(

@@ -183,6 +183,14 @@ class SandboxSection:
             )
 
     @property
+    def gpus_held(self) -> float:
+        """GPUs reserved for the sandbox's executions (the anchor stream's accelerators in the cost ledger):
+        every GPU of ``gpus`` on a local pool, ``slots x gpus_per_slot`` on a Ray pool."""
+        if self.pool == "ray":
+            return float(self.ray.slots * max(self.ray.gpus_per_slot, 0.0))
+        return float(len(self.gpus))
+
+    @property
     def gpu_count(self) -> int:
         """GPUs one execution sees (0: none; a Ray slot's share of one GPU counts as one)."""
         if self.pool == "ray":

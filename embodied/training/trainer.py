@@ -357,7 +357,15 @@ class EmbodiedTrainer:
         )
         on_gpu = 1.0 if config.policy.on_cuda else 0.0
         wm_gpu = 1.0 if world_model is not None and str(config.world_model.device).startswith("cuda") else 0.0
-        ledger = CostLedger({"generation": on_gpu, "update": on_gpu, "world_model": wm_gpu, "anchor": 0.0})
+        ledger = CostLedger(
+            {
+                "generation": on_gpu,
+                "update": on_gpu,
+                "world_model": wm_gpu,
+                "anchor": 0.0,
+                "anchor_wait": on_gpu,
+            }
+        )
         self.pipeline = RewardPipeline(
             world_model,
             anchor,

@@ -179,3 +179,26 @@ def test_lora_last_layers_puts_adapters_in_the_top_layers_only():
         peft_config(TrainConfig(lora=LoraConfig(last_layers=1)), object())
     with pytest.raises(ConfigError, match="last_layers"):
         LoraConfig(last_layers=-1)
+
+
+@pytest.mark.parametrize(
+    ("sandbox", "held"),
+    [
+        ({}, 0.0),
+        ({"gpus": [0, 1, 2, 3], "gpus_per_slot": 2, "workers": 2}, 4.0),
+        (
+            {
+                "pool": "ray",
+                "backend": "subprocess",
+                "workers": 4,
+                "ray": {"slots": 4, "gpus_per_slot": 0.5},
+            },
+            2.0,
+        ),
+    ],
+    ids=["cpu", "local-gpus", "ray-shared-gpus"],
+)
+def test_the_sandboxs_gpus_are_the_anchor_streams_accelerators(sandbox, held):
+    from wmrl.autoresearch.training.config import SandboxSection
+
+    assert from_dict(SandboxSection, sandbox).gpus_held == held

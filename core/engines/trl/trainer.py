@@ -305,7 +305,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
             # This process's accelerators (1 per rank; all visible GPUs for a single-process run).
             held = float(max(self.args.n_gpu, 1)) if self.accelerator.device.type == "cuda" else 0.0
             self.pipeline.ledger = CostLedger(
-                {"generation": held, "update": held, "world_model": held, "anchor": 0.0}
+                {"generation": held, "update": held, "world_model": held, "anchor": 0.0, "anchor_wait": held}
             )
         self.add_callback(_OptimizerTimer(self))
         self.add_callback(_StopOnRequest(self))
