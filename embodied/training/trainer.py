@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from wmrl.core.distributed import Processes, leave_launched_process
+from wmrl.core.late import refuse_asynchrony
 from wmrl.core.ledger import CostLedger
 from wmrl.core.loop import LoopStep, LoopTrainer
 from wmrl.core.pipeline import RewardPipeline, StepResult
@@ -327,6 +328,12 @@ class EmbodiedTrainer:
     ) -> None:
         import warnings
 
+        refuse_asynchrony(
+            config.corrector.asynchrony,
+            "the embodied trainer",
+            "its anchor reads the success flag of an episode the simulator has already run, so nothing "
+            "waits on real execution (the episodes themselves are the cost)",
+        )
         if processes is None:
             processes = Processes.from_env(cuda=config.policy.on_cuda)
         # this rank's devices; the run's config (config.json, resume checks) stays as given

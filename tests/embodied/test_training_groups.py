@@ -124,3 +124,18 @@ def test_config_is_validated_and_round_trips(tmp_path):
     assert not load_train_config(
         "smoke", ["mode=real", "world_model.camera=robot0_eye_in_hand"]
     ).uses_world_model
+
+
+def test_the_embodied_trainer_refuses_asynchronous_anchors_before_building_anything(tmp_path):
+    """Its anchor reads an already simulated episode's success flag: there is nothing to wait for."""
+    from dataclasses import replace
+
+    from wmrl.core.modes import apply_changes
+    from wmrl.embodied.training import load_train_config
+    from wmrl.embodied.training.trainer import EmbodiedTrainer
+
+    config = load_train_config("smoke")
+    config = replace(config, corrector=apply_changes(config.corrector, {"asynchrony.max_anchor_lag": 1}))
+    with pytest.raises(ValueError, match="the embodied trainer: its anchor reads the success flag"):
+        EmbodiedTrainer(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
