@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from wmrl.core.advantages import AdvantageConfig, GroupAdvantages, group_advantages
 from wmrl.core.config import from_dict, require, to_dict
@@ -189,8 +190,12 @@ PRESETS = {
 
 
 def _share_executed(
-    real: np.ndarray, used: np.ndarray, anchor: np.ndarray, keys: np.ndarray, anchor_rows_too: bool = False
-) -> tuple[np.ndarray, np.ndarray]:
+    real: npt.NDArray[Any],
+    used: npt.NDArray[Any],
+    anchor: npt.NDArray[Any],
+    keys: npt.NDArray[Any],
+    anchor_rows_too: bool = False,
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     """Give rollouts the real score of their solution when it was executed this step: rollouts of
     world-model groups, and with ``anchor_rows_too`` the anchor groups' rollouts not executed (a
     solution is executed once per step when the execution memory is on)."""
@@ -214,8 +219,8 @@ def _share_executed(
 
 
 def _calls_and_means(
-    values: np.ndarray, scored: np.ndarray, keys: np.ndarray | None
-) -> tuple[np.ndarray, np.ndarray]:
+    values: npt.NDArray[Any], scored: npt.NDArray[Any], keys: npt.NDArray[Any] | None
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     """Per rollout, the number of this step's world-model calls on its solution and their mean.
 
     ``values``: ``(n_groups, G)`` calibrated scores; ``scored``: where a call returned a score. A
@@ -255,11 +260,11 @@ class _RealOutcomes:
         repeats: the repeat statistics (``repeats``, ``differs``).
     """
 
-    executed_mean: np.ndarray
-    executions: np.ndarray
-    value: np.ndarray
-    used: np.ndarray
-    from_memory: np.ndarray
+    executed_mean: npt.NDArray[Any]
+    executions: npt.NDArray[Any]
+    value: npt.NDArray[Any]
+    used: npt.NDArray[Any]
+    from_memory: npt.NDArray[Any]
     lookup: MemoryLookup
     repeats: dict[str, float | None]
 
@@ -273,10 +278,10 @@ class _Pairs:
         before this step. exec_var: its execution-noise variance. route: where that came from.
     """
 
-    rows: np.ndarray
-    cols: np.ndarray
-    calibrated: np.ndarray
-    exec_var: np.ndarray
+    rows: npt.NDArray[Any]
+    cols: npt.NDArray[Any]
+    calibrated: npt.NDArray[Any]
+    exec_var: npt.NDArray[Any]
     route: int
 
 
@@ -311,7 +316,7 @@ class Corrector:
         group_keys: Sequence[str],
         task_keys: Sequence[str | None] | None,
         group_size: int,
-        solution_keys: Sequence[Sequence[str | None]] | np.ndarray | None = None,
+        solution_keys: Sequence[Sequence[str | None]] | npt.NDArray[Any] | None = None,
         in_flight: int = 0,
     ) -> PlanStream:
         """A plan made group by group as the world model's scores come in (see :class:`PlanStream`).
@@ -333,10 +338,10 @@ class Corrector:
         self,
         group_keys: Sequence[str],
         task_keys: Sequence[str | None] | None = None,
-        wm_scores: np.ndarray | Sequence[Sequence[float | None]] | None = None,
+        wm_scores: npt.NDArray[Any] | Sequence[Sequence[float | None]] | None = None,
         in_flight: int = 0,
         group_size: int | None = None,
-        solution_keys: Sequence[Sequence[str | None]] | np.ndarray | None = None,
+        solution_keys: Sequence[Sequence[str | None]] | npt.NDArray[Any] | None = None,
         in_flight_keys: frozenset[str] = frozenset(),
     ) -> Plan:
         """Choose this step's executions.
@@ -447,8 +452,8 @@ class Corrector:
         wm_variance: Scores | None = None,
         *,
         anchor_repeats: Scores | None = None,
-        anchor_noise: NoiseModel | np.ndarray | None = None,
-        solution_keys: Sequence[Sequence[str | None]] | np.ndarray | None = None,
+        anchor_noise: NoiseModel | npt.NDArray[Any] | None = None,
+        solution_keys: Sequence[Sequence[str | None]] | npt.NDArray[Any] | None = None,
     ) -> Correction:
         """Calibrate, fuse and form advantages for the step ``plan`` was made for.
 
@@ -510,15 +515,15 @@ class Corrector:
         plan: Plan,
         wm_scores: Scores,
         anchor_scores: Scores,
-        applied_rewards: np.ndarray,
-        applied_advantages: np.ndarray,
+        applied_rewards: npt.NDArray[Any],
+        applied_advantages: npt.NDArray[Any],
         wm_variance: Scores | None = None,
         *,
         anchor_repeats: Scores | None = None,
-        anchor_noise: NoiseModel | np.ndarray | None = None,
-        solution_keys: Sequence[Sequence[str | None]] | np.ndarray | None = None,
+        anchor_noise: NoiseModel | npt.NDArray[Any] | None = None,
+        solution_keys: Sequence[Sequence[str | None]] | npt.NDArray[Any] | None = None,
         gradient: bool = True,
-    ) -> tuple[np.ndarray, np.ndarray, dict[str, float | None]]:
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[Any], dict[str, float | None]]:
         """An earlier step's executions have landed (asynchronous anchors, :mod:`wmrl.core.late`).
 
         Their pairs feed the calibration, the fusion's and the gain's measurements and the memory, as a
@@ -556,7 +561,7 @@ class Corrector:
         landed = np.where(landed_rows[:, None] & real.used, real.value, np.nan)
         anchor = step.anchor
 
-        def cell_weights(rewards: np.ndarray, contributes: np.ndarray) -> np.ndarray:
+        def cell_weights(rewards: npt.NDArray[Any], contributes: npt.NDArray[Any]) -> npt.NDArray[Any]:
             known = ~np.isnan(rewards)
             is_real = (anchor[:, None] | real.used) & known
             calls = np.where(is_real | ~known, np.nan, 1.0)
@@ -661,7 +666,7 @@ class Corrector:
 
     def _advantages(
         self, step: StepInputs, real: _RealOutcomes
-    ) -> tuple[np.ndarray, np.ndarray, GroupAdvantages, np.ndarray, np.ndarray]:
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[Any], GroupAdvantages, npt.NDArray[Any], npt.NDArray[Any]]:
         """Rewards (real where executed or known, calibrated world model elsewhere; an unknown real
         score in an anchor group stays unknown), group advantages, and the fusion's weights on them.
 
@@ -704,7 +709,7 @@ class Corrector:
         real: _RealOutcomes,
         pairs: _Pairs,
         ga: GroupAdvantages,
-        weights: np.ndarray,
+        weights: npt.NDArray[Any],
         diagnostics: dict[str, float | None],
         recorded: int,
     ) -> dict[str, float | None]:
@@ -792,7 +797,7 @@ class Corrector:
         fusion.bound_binds = bound
         return out
 
-    def _map_slope(self, x: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    def _map_slope(self, x: npt.NDArray[Any], keys: npt.NDArray[Any]) -> npt.NDArray[Any]:
         """Local slope of the current map at ``x`` (maps per-call noise onto the calibrated scale).
 
         A central difference over 5% of the map's range (relative, so units do not matter); a map
@@ -824,7 +829,7 @@ class Corrector:
         contributes = ga.contributes
         total_w = float(weights[contributes].sum())
 
-        def stream_mean(mask: np.ndarray) -> float | None:
+        def stream_mean(mask: npt.NDArray[Any]) -> float | None:
             sel = mask & contributes
             return float(weights[sel].mean()) if sel.any() else None
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from wmrl.core.advantages import AdvantageConfig, group_advantages
 from wmrl.core.config import require
@@ -72,6 +73,8 @@ ASYNC_METRICS: dict[str, str] = {
 }
 
 LateUpdate = Literal["correction", "full"]
+#: any numpy array (matrices here are ``(n_groups, G)`` floats or bools)
+Array = npt.NDArray[Any]
 LATE_UPDATES: tuple[str, ...] = ("correction", "full")
 
 
@@ -127,13 +130,13 @@ def refuse_asynchrony(config: AsynchronyConfig, engine: str, why: str) -> None:
 
 
 def late_advantages(
-    applied_rewards: np.ndarray,
-    applied_advantages: np.ndarray,
-    landed: np.ndarray,
-    cell_weights: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+    applied_rewards: Array,
+    applied_advantages: Array,
+    landed: Array,
+    cell_weights: Callable[[Array, Array], Array] | None = None,
     config: AdvantageConfig | None = None,
     update: LateUpdate = "correction",
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[Array, Array]:
     """What a landed step's groups add to a later update.
 
     Args:
@@ -185,8 +188,8 @@ class LateGroups:
     step: int
     lag: int
     groups: list[Any]
-    advantages: np.ndarray
-    rewards: np.ndarray
+    advantages: Array
+    rewards: Array
 
 
 @dataclass
@@ -202,12 +205,12 @@ class InFlight:
     plan: Any
     groups: list[Any]
     items: list[Any]
-    cells: np.ndarray
-    wm: np.ndarray
-    wm_variance: np.ndarray
-    rewards: np.ndarray
-    advantages: np.ndarray
-    solution_keys: np.ndarray | None
+    cells: Array
+    wm: Array
+    wm_variance: Array
+    rewards: Array
+    advantages: Array
+    solution_keys: Array | None
     executions: int
     future: Future[Any]
     keys: frozenset[str] = field(default_factory=frozenset)
@@ -284,9 +287,7 @@ class AnchorsInFlight:
             self._pool = None
 
 
-def modelled_step_times(
-    executed: Sequence[bool], latency: float, lag: int, generation: float = 1.0
-) -> np.ndarray:
+def modelled_step_times(executed: Sequence[bool], latency: float, lag: int, generation: float = 1.0) -> Array:
     """A model of wall time, not a measurement: the start time of each step and the end, ``(steps + 1,)``.
 
     Each step generates and scores with the world model for ``generation`` time units, then submits its

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from wmrl.core.completions import CompletionsTable, completion_rows, format_sample
 from wmrl.core.distributed import Processes, shard
@@ -437,7 +438,7 @@ class LoopTrainer:
         self.session.close()
 
 
-def _nanmean(values: np.ndarray) -> float | None:
+def _nanmean(values: npt.NDArray[Any]) -> float | None:
     values = np.asarray(values, dtype=np.float64)
     finite = values[np.isfinite(values)]
     return float(finite.mean()) if finite.size else None

@@ -100,21 +100,21 @@ class Scores:
         seconds: wall seconds spent per stream in this pass.
     """
 
-    wm: np.ndarray
-    wm_variance: np.ndarray
-    real: np.ndarray
+    wm: npt.NDArray[Any]
+    wm_variance: npt.NDArray[Any]
+    real: npt.NDArray[Any]
     wm_grades: list[Grade | None]
     real_grades: list[Grade | None]
     statuses: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
-    real_repeat: np.ndarray | None = None
+    real_repeat: npt.NDArray[Any] | None = None
 
     @classmethod
     def empty(cls, n: int) -> Scores:
         nan = np.full(n, np.nan)
         return cls(nan.copy(), nan.copy(), nan.copy(), [None] * n, [None] * n, real_repeat=nan.copy())
 
-    def columns(self) -> np.ndarray:
+    def columns(self) -> npt.NDArray[Any]:
         """``(n, 4)``: world-model score, its variance, real score, repeated real score (what an engine
         gathers across ranks)."""
         return np.stack([self.wm, self.wm_variance, self.real, self.real_repeat], axis=1)
@@ -176,24 +176,24 @@ class StepResult:
     late: list[LateGroups] = field(default_factory=list)
 
     @property
-    def local_advantages(self) -> np.ndarray:
+    def local_advantages(self) -> npt.NDArray[Any]:
         """``(n_local_groups, G)``: the advantages of this process's groups."""
         return self.correction.advantages[self.rows]
 
     @property
-    def advantages(self) -> np.ndarray:
+    def advantages(self) -> npt.NDArray[Any]:
         return self.correction.advantages
 
     @property
-    def rewards(self) -> np.ndarray:
+    def rewards(self) -> npt.NDArray[Any]:
         return self.correction.rewards
 
     @property
-    def weights(self) -> np.ndarray:
+    def weights(self) -> npt.NDArray[Any]:
         return self.correction.weights
 
     @property
-    def anchor(self) -> np.ndarray:
+    def anchor(self) -> npt.NDArray[Any]:
         return self.correction.anchor
 
     @property
@@ -202,7 +202,7 @@ class StepResult:
 
 
 #: ``(entry, its execution pass's Scores) -> (real, repeats)``, the entry's whole step as ``(n_groups, G)``.
-Matrices = Callable[[InFlight, "Scores"], tuple[np.ndarray, np.ndarray | None]]
+Matrices = Callable[[InFlight, "Scores"], tuple[npt.NDArray[Any], npt.NDArray[Any] | None]]
 
 
 def _add_metrics(into: dict[str, float | None], more: Mapping[str, float | None]) -> None:
@@ -214,7 +214,7 @@ def _add_metrics(into: dict[str, float | None], more: Mapping[str, float | None]
             into[key] = (into.get(key) or 0.0) + float(value)
 
 
-def _put(out: Scores, part: Scores, rows: np.ndarray, real: bool) -> None:
+def _put(out: Scores, part: Scores, rows: npt.NDArray[Any], real: bool) -> None:
     """Copy one stream of ``part`` (scores of ``items[rows]``) into ``out`` at ``rows``."""
     for k, i in enumerate(rows.tolist()):
         if real:
@@ -327,10 +327,10 @@ class RewardPipeline:
         self,
         group_keys: Sequence[str],
         task_keys: Sequence[str] | None = None,
-        wm_scores: np.ndarray | None = None,
+        wm_scores: npt.NDArray[Any] | None = None,
         in_flight: int = 0,
         group_size: int | None = None,
-        solution_keys: np.ndarray | None = None,
+        solution_keys: npt.NDArray[Any] | None = None,
     ) -> Plan:
         """Choose this step's executions (see :meth:`Corrector.plan`)."""
         return self.corrector.plan(group_keys, task_keys, wm_scores, in_flight, group_size, solution_keys)
@@ -348,7 +348,7 @@ class RewardPipeline:
             return None
         return [None if isinstance(item, Exact) else self.solution_key(item) for item in items]
 
-    def known_items(self, items: Sequence[Any]) -> np.ndarray:
+    def known_items(self, items: Sequence[Any]) -> npt.NDArray[Any]:
         """``(n,)`` bool: the items whose solution the execution memory knows (none without a memory or keys)."""
         keys = self.keys_of(items)
         if keys is None or self.corrector.memory is None:
@@ -359,11 +359,11 @@ class RewardPipeline:
     def score(
         self,
         items: Sequence[Any],
-        anchor_rows: Sequence[bool] | np.ndarray | None = None,
+        anchor_rows: Sequence[bool] | npt.NDArray[Any] | None = None,
         *,
         world_model: bool = True,
         anchor: bool = True,
-        repeat_rows: Sequence[bool] | np.ndarray | None = None,
+        repeat_rows: Sequence[bool] | npt.NDArray[Any] | None = None,
         need_feedback: bool = False,
     ) -> Scores:
         """Grade a flat list of rollouts: the world model every one, real execution the anchor rows.
@@ -450,12 +450,12 @@ class RewardPipeline:
     def correct(
         self,
         plan: Plan,
-        wm: np.ndarray,
-        real: np.ndarray,
-        wm_variance: np.ndarray | None = None,
+        wm: npt.NDArray[Any],
+        real: npt.NDArray[Any],
+        wm_variance: npt.NDArray[Any] | None = None,
         rollouts: int | None = None,
-        repeats: np.ndarray | None = None,
-        solution_keys: np.ndarray | None = None,
+        repeats: npt.NDArray[Any] | None = None,
+        solution_keys: npt.NDArray[Any] | None = None,
     ) -> Correction:
         """Calibrate, fuse and form advantages on the whole step's ``(n_groups, G)`` scores.
 
@@ -699,10 +699,10 @@ class RewardPipeline:
 
     def _apply_landing(
         self, entry: InFlight, result: Scores, gradient: bool, matrices: Matrices | None = None
-    ) -> tuple[np.ndarray, np.ndarray, dict[str, float | None]]:
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[Any], dict[str, float | None]]:
         """Hand the corrector (and a learning world model) one landed step's executions."""
 
-        def placed(flat: np.ndarray | None) -> np.ndarray | None:
+        def placed(flat: npt.NDArray[Any] | None) -> npt.NDArray[Any] | None:
             if flat is None:
                 return None
             out = np.full(entry.cells.shape, np.nan)
@@ -753,8 +753,8 @@ class RewardPipeline:
         keys: Sequence[str],
         tasks: Sequence[str] | None,
         width: int,
-        cells: np.ndarray,
-        solution_keys: np.ndarray | None,
+        cells: npt.NDArray[Any],
+        solution_keys: npt.NDArray[Any] | None,
         in_flight: int,
     ) -> tuple[Scores, Plan]:
         """Score and plan a step chunk by chunk: each chunk's executions start as soon as its world-model
@@ -773,7 +773,7 @@ class RewardPipeline:
         sched = self.corrector.scheduler
         pending = []
 
-        def execute(mask: np.ndarray) -> tuple[np.ndarray, Scores] | None:
+        def execute(mask: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], Scores] | None:
             mask = mask & cells
             if not mask.any():
                 return None
@@ -844,7 +844,7 @@ class RewardPipeline:
         def gathered(part: Scores) -> Scores:
             return Scores.concat(processes.all_gather_object(part))
 
-        def matrix(flat: np.ndarray) -> np.ndarray:
+        def matrix(flat: npt.NDArray[Any]) -> npt.NDArray[Any]:
             out = np.full((len(keys), width), np.nan)
             out[cells] = flat
             return out
@@ -884,7 +884,7 @@ class RewardPipeline:
         return StepResult(correction, plan, scores, rows)
 
     @staticmethod
-    def _matrix(groups: Sequence[Group], flat: np.ndarray, width: int) -> np.ndarray:
+    def _matrix(groups: Sequence[Group], flat: npt.NDArray[Any], width: int) -> npt.NDArray[Any]:
         """Flat per-rollout values as ``(n_groups, width)``, NaN-padded for shorter groups."""
         out = np.full((len(groups), width), np.nan)
         cursor = 0

@@ -23,6 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from wmrl.core.bench.simulation import ArmResult, SimConfig, run_arm
 from wmrl.core.late import modelled_step_times
@@ -34,7 +35,7 @@ LAGS = (0, 1, 2, 4, 8)
 LATENCIES = (1.0, 2.0, 4.0, 8.0)
 
 
-def _t95(values: np.ndarray) -> float:
+def _t95(values: npt.NDArray[Any]) -> float:
     from scipy import stats
 
     n = len(values)
@@ -72,8 +73,8 @@ def lag_sweep(
     if 0 not in lags:
         lags = (0, *lags)
     out: dict[str, Any] = {"arm": arm, "seeds": list(seeds), "latencies": list(latencies), "rows": []}
-    baseline: np.ndarray | None = None
-    sync_walls: dict[float, np.ndarray] = {}
+    baseline: npt.NDArray[Any] | None = None
+    sync_walls: dict[float, npt.NDArray[Any]] = {}
     for label, lag, changes, clip in _rows(lags):
         row_cfg = replace(cfg, corrector=apply_changes(cfg.corrector, changes), late_importance_clip=clip)
         results: list[ArmResult] = [run(row_cfg, arm, s) for s in seeds]

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from wmrl.core.config import require
 from wmrl.core.corrector import Corrector, CorrectorConfig
@@ -228,7 +229,7 @@ class SimConfig:
             return NoiseModel.bernoulli()
         return NoiseModel.deterministic()
 
-    def execute(self, rng: np.random.Generator, true: np.ndarray) -> np.ndarray:
+    def execute(self, rng: np.random.Generator, true: npt.NDArray[Any]) -> npt.NDArray[Any]:
         """One real execution of every rollout: a draw of the observed score around ``true``."""
         if self.exec_noise == "gaussian":
             return true + rng.normal(0.0, self.exec_sd, true.shape)
@@ -268,13 +269,13 @@ class Landscape:
         self.embedding = emb_rng.normal(0.0, 1.0, (cfg.n_tasks, cfg.n_solutions, cfg.feature_dim))
         self.cfg = cfg
 
-    def distort(self, x: np.ndarray, tasks: np.ndarray, progress: float) -> np.ndarray:
+    def distort(self, x: npt.NDArray[Any], tasks: npt.NDArray[Any], progress: float) -> npt.NDArray[Any]:
         """``h_t``: monotone, non-affine, drifting with the policy's progress in [0, 1]."""
         power = np.exp(np.log(2.0) * (1.0 - 2.0 * min(max(progress, 0.0), 1.0) * self.cfg.drift))
         base = np.clip(x, 0.0, 1.0) ** power
         return 0.15 + self.task_offset[tasks][:, None] + 0.75 * base
 
-    def true_value(self, logits: np.ndarray) -> float:
+    def true_value(self, logits: npt.NDArray[Any]) -> float:
         """Mean over tasks of the policy's expected true reward."""
         p = np.exp(logits - logits.max(axis=1, keepdims=True))
         p /= p.sum(axis=1, keepdims=True)
@@ -285,16 +286,16 @@ class Landscape:
 class ArmResult:
     """Per-step curves of one arm on one seed: true reward, and the counts that make up cost."""
 
-    true_reward: np.ndarray  # (steps + 1,) including the initial policy
-    rollouts: np.ndarray  # (steps,) rollouts generated per step
-    wm_calls: np.ndarray  # (steps,) world-model predictions per step
-    executions: np.ndarray  # (steps,) real executions per step
+    true_reward: npt.NDArray[Any]  # (steps + 1,) including the initial policy
+    rollouts: npt.NDArray[Any]  # (steps,) rollouts generated per step
+    wm_calls: npt.NDArray[Any]  # (steps,) world-model predictions per step
+    executions: npt.NDArray[Any]  # (steps,) real executions per step
     metrics: list[dict] = field(default_factory=list)
     # (steps + 1,) modelled wall time at the start of each step and at the end, in step-times (a model,
     # wmrl.core.late.modelled_step_times, not a measurement); None for results saved before it existed
-    wall: np.ndarray | None = None
+    wall: npt.NDArray[Any] | None = None
 
-    def cost(self, cfg: SimConfig, exec_cost: float | None = None) -> np.ndarray:
+    def cost(self, cfg: SimConfig, exec_cost: float | None = None) -> npt.NDArray[Any]:
         """Cumulative cost after each step, shape ``(steps + 1,)`` (0 before training)."""
         c = cfg.exec_cost if exec_cost is None else exec_cost
         per_step = self.rollouts * cfg.base_cost + self.wm_calls * cfg.wm_cost + self.executions * c
@@ -333,7 +334,7 @@ class _Item:
 
 
 def _solution_keys(
-    cfg: SimConfig, rng: np.random.Generator, step: int, tasks: np.ndarray, picks: np.ndarray
+    cfg: SimConfig, rng: np.random.Generator, step: int, tasks: npt.NDArray[Any], picks: npt.NDArray[Any]
 ) -> list[list[str]]:
     """The key of each sampled solution: ``task:solution`` (``:variant`` when solutions have several)."""
     rows = []
@@ -486,22 +487,22 @@ class _Pending:
 
     due: int
     plan: Any
-    wm: np.ndarray
-    real: np.ndarray
-    again: np.ndarray | None
+    wm: npt.NDArray[Any]
+    real: npt.NDArray[Any]
+    again: npt.NDArray[Any] | None
     correction: Any
     solutions: list[list[str]] | None
-    tasks: np.ndarray
-    picks: np.ndarray
-    probs: np.ndarray
+    tasks: npt.NDArray[Any]
+    picks: npt.NDArray[Any]
+    probs: npt.NDArray[Any]
     items: list[list[_Item]] | None
 
     @property
-    def rewards(self) -> np.ndarray:
+    def rewards(self) -> npt.NDArray[Any]:
         return self.correction.rewards
 
     @property
-    def advantages(self) -> np.ndarray:
+    def advantages(self) -> npt.NDArray[Any]:
         return self.correction.advantages
 
     @property
@@ -518,7 +519,7 @@ def _land_due(
     step: int,
     declared: NoiseModel | None,
     fused: FusedWorldModel | None,
-) -> tuple[list[_Pending], list[tuple[_Pending, np.ndarray]]]:
+) -> tuple[list[_Pending], list[tuple[_Pending, npt.NDArray[Any]]]]:
     """Land the executions due at ``step``: returns what stays in flight and each landed step's late advantages."""
     landed = []
     for p in [p for p in in_flight if p.due <= step]:
@@ -539,7 +540,7 @@ def _land_due(
 
 
 def _apply_late(
-    cfg: SimConfig, logits: np.ndarray, late: list[tuple[_Pending, np.ndarray]], n_groups: int
+    cfg: SimConfig, logits: npt.NDArray[Any], late: list[tuple[_Pending, npt.NDArray[Any]]], n_groups: int
 ) -> None:
     """The landed groups' gradient: stale, at the current policy, over this step's batch size (with
     ``cfg.late_importance_clip``: weighted by min(pi_now / pi_behaviour, clip))."""
@@ -558,7 +559,7 @@ def _apply_late(
         np.add.at(logits, p.tasks, cfg.lr * grad * n_groups)
 
 
-def _learn(fused: FusedWorldModel, items: list[list[_Item]], real: np.ndarray) -> None:
+def _learn(fused: FusedWorldModel, items: list[list[_Item]], real: npt.NDArray[Any]) -> None:
     """Teach the surrogate the executed rollouts' outcomes (NaN: not executed or unknown)."""
     done = [(g, i) for g in range(real.shape[0]) for i in range(real.shape[1]) if not np.isnan(real[g, i])]
     fused.learn([items[g][i] for g, i in done], [float(real[g, i]) for g, i in done])

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 __all__ = ["LEFT_PADDED", "RIGHT_PADDED", "append_rows", "keep_rows"]
@@ -72,7 +73,7 @@ def _pad(tensors: Sequence[torch.Tensor], value: float, left: bool) -> torch.Ten
 
 def append_rows(
     output: dict[str, Any],
-    late: Sequence[tuple[Mapping[str, torch.Tensor], np.ndarray]],
+    late: Sequence[tuple[Mapping[str, torch.Tensor], npt.NDArray[Any]]],
     pad_token_id: int,
     multiple: int,
 ) -> dict[str, Any]:
@@ -90,7 +91,7 @@ def append_rows(
         return output
     device = output["advantages"].device
     own = output["advantages"].shape[0]
-    parts: list[tuple[Mapping[str, torch.Tensor], np.ndarray]] = list(late)
+    parts: list[tuple[Mapping[str, torch.Tensor], npt.NDArray[Any]]] = list(late)
     n = own + sum(len(adv) for _, adv in parts)
     extra = (-n) % multiple
     if extra:  # empty rows (everything masked) so that TRL's splitter drops nothing

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 import trl
 from accelerate.utils import gather_object
@@ -114,7 +115,7 @@ class _Step:
     inputs: list[dict[str, Any]]
     plan: Plan | None = None
     correction: Correction | None = None
-    columns: np.ndarray | None = None  # gathered (B, 3): world model, variance, real
+    columns: npt.NDArray[Any] | None = None  # gathered (B, 3): world model, variance, real
     seconds: dict[str, float] = field(default_factory=dict)
     #: outcomes of this rank's real executions (anchor rollouts; every turn when K > 1)
     statuses: list[str] = field(default_factory=list)
@@ -127,7 +128,7 @@ class _Step:
     pending: Any = None
     drain: bool = False
     items: list[Any] = field(default_factory=list)
-    solution_keys: np.ndarray | None = None
+    solution_keys: npt.NDArray[Any] | None = None
     late_metrics: dict[str, float | None] = field(default_factory=dict)
 
     def add_time(self, seconds: Mapping[str, float]) -> None:
@@ -345,7 +346,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
         every = int(args.save_steps) if saves and args.save_steps >= 1 else None
         return (every is not None and done % every == 0) or (args.max_steps > 0 and done >= args.max_steps)
 
-    def _gathered_matrices(self, entry: InFlight, result: Any) -> tuple[np.ndarray, np.ndarray]:
+    def _gathered_matrices(self, entry: InFlight, result: Any) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """A landed batch's real scores, every rank's rows gathered: ``(n_groups, G)`` real and repeats."""
         local = np.stack(
             [np.asarray(result.real, dtype=np.float64), np.asarray(result.real_repeat, dtype=np.float64)],
@@ -359,7 +360,9 @@ class WMRLGRPOTrainer(GRPOTrainer):
         g = self.num_generations
         return gathered[:, 0].reshape(-1, g), gathered[:, 1].reshape(-1, g)
 
-    def _land(self, drain: bool) -> tuple[list[tuple[dict[str, Any], np.ndarray]], dict[str, float | None]]:
+    def _land(
+        self, drain: bool
+    ) -> tuple[list[tuple[dict[str, Any], npt.NDArray[Any]]], dict[str, float | None]]:
         """Consume the executions due at this generation batch: their pairs feed the corrector, their rows
         come back with this rank's late advantages."""
         now = self.corrector.step_count
@@ -451,7 +454,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
                 group_tasks.append(all_tasks[start])
         return _Step(group_keys, group_tasks if all_tasks is not None else None, len(inputs), list(inputs))
 
-    def _plan(self, step: _Step, wm_scores: np.ndarray | None = None, solution_keys=None) -> None:
+    def _plan(self, step: _Step, wm_scores: npt.NDArray[Any] | None = None, solution_keys=None) -> None:
         start = time.perf_counter()
         step.plan = self.pipeline.plan(
             step.group_keys,
@@ -462,17 +465,17 @@ class WMRLGRPOTrainer(GRPOTrainer):
         )
         step.add_time({"corrector": time.perf_counter() - start})
 
-    def _local(self, step: _Step, mask: np.ndarray) -> np.ndarray:
+    def _local(self, step: _Step, mask: npt.NDArray[Any]) -> npt.NDArray[Any]:
         """This rank's rows of a ``(n_groups, G)`` mask of the gathered batch, flat ``(n_local,)``."""
         first = self.accelerator.process_index * step.n_local
         return np.asarray(mask).reshape(-1)[first : first + step.n_local]
 
-    def local_anchor_rows(self, step: _Step) -> np.ndarray:
+    def local_anchor_rows(self, step: _Step) -> npt.NDArray[Any]:
         """bool ``(n_local,)``: which of this rank's rows are executed for real (``Plan.execute``)."""
         assert step.plan is not None
         return self._local(step, step.plan.execute_mask(self.num_generations))
 
-    def local_repeat_rows(self, step: _Step) -> np.ndarray:
+    def local_repeat_rows(self, step: _Step) -> npt.NDArray[Any]:
         """bool ``(n_local,)``: which of this rank's rows are executed a second time (``Plan.repeat``)."""
         assert step.plan is not None
         return self._local(step, step.plan.repeat_mask(self.num_generations))
@@ -574,7 +577,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
             )
         step = self._new_step(inputs)
         self._wmrl_step = step
-        late: list[tuple[dict[str, Any], np.ndarray]] = []
+        late: list[tuple[dict[str, Any], npt.NDArray[Any]]] = []
         if self.pipeline.asynchrony.enabled:  # what is due lands before this batch is planned and corrected
             step.drain = self._drains_now()
             late, step.late_metrics = self._land(step.drain)
@@ -766,7 +769,9 @@ class WMRLGRPOTrainer(GRPOTrainer):
         step.correction = correction
         return torch.tensor(correction.rewards.reshape(-1, 1), dtype=torch.float32, device=device)
 
-    def _score_single_turn(self, step: _Step, items: list[Any], keys: list[str | None] | None) -> np.ndarray:
+    def _score_single_turn(
+        self, step: _Step, items: list[Any], keys: list[str | None] | None
+    ) -> npt.NDArray[Any]:
         """``(n_local, 4)``: world-model score, its per-call variance, real score, repeated real score
         (NaN = unknown / not graded)."""
         if step.plan is None:  # plans that read world-model scores: the world model scores first
@@ -839,14 +844,14 @@ class WMRLGRPOTrainer(GRPOTrainer):
         )
         return True
 
-    def _graded_without_real(self, step: _Step, scores: Any) -> np.ndarray:
+    def _graded_without_real(self, step: _Step, scores: Any) -> npt.NDArray[Any]:
         """The batch's columns while its executions are in flight: the world model's, no real scores."""
         step.row_statuses = [wm.status if wm is not None else None for wm in scores.wm_grades]
         return scores.columns()
 
     # ------------------------------------------------------------------ K-turn episodes
 
-    def _choose_trajectories(self, step: _Step, local_wm: np.ndarray) -> np.ndarray:
+    def _choose_trajectories(self, step: _Step, local_wm: npt.NDArray[Any]) -> npt.NDArray[Any]:
         """K-turn with plans that read world-model scores: the plan from every rank's first-turn scores
         (gathered, so every rank plans the same), this rank's executed rows back."""
         column = torch.tensor(np.asarray(local_wm, dtype=np.float64), device=self.accelerator.device)
