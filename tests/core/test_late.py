@@ -289,4 +289,3 @@ def test_kill_9_with_executions_in_flight_then_resume_continues_as_if_never_stop
     assert any(r["toy/late_groups"] > 0 for r in rows_whole), "no late groups: the test tests nothing"
     assert rows_resumed == rows_whole
     assert torch.equal(logits_resumed, logits_whole)
-
