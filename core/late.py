@@ -72,10 +72,10 @@ ASYNC_METRICS: dict[str, str] = {
     "async/in_flight_executions": "executions submitted and not consumed after this step",
 }
 
-LateUpdate = Literal["correction", "full"]
+LateUpdate = Literal["correction", "executed", "full"]
 #: any numpy array (matrices here are ``(n_groups, G)`` floats or bools)
 Array = npt.NDArray[Any]
-LATE_UPDATES: tuple[str, ...] = ("correction", "full")
+LATE_UPDATES: tuple[str, ...] = ("correction", "executed", "full")
 
 
 @dataclass(frozen=True)
@@ -86,15 +86,19 @@ class AsynchronyConfig:
         max_anchor_lag: steps after its own at which a step's executions are consumed (0: every step
             waits for its own executions, the synchronous method, unchanged bit for bit).
         late_update: what a landed group's update applies: ``"correction"`` (its advantages with the
-            real scores minus those already applied) or ``"full"`` (its advantages with the real
-            scores, again).
+            real scores minus those already applied), ``"executed"`` (the same on the rollouts whose
+            real scores landed only: the other rollouts' share of the correction is the shift of their
+            group's baseline, which carries no expected gradient; an engine then re-trains only the
+            executed rollouts) or ``"full"`` (its advantages with the real scores, again).
         overdue_after_s: the longest a step waits for executions due at it (seconds; ``None``: as long
             as they take, which keeps the run deterministic). Later results are used for
             calibration and the memory only.
     """
 
     max_anchor_lag: int = 0
-    late_update: LateUpdate = "correction"
+    # "executed" ties "correction" on the simulation's tuning seeds and re-trains only the executed
+    # rollouts (docs/benchmarks/method.md, "Asynchronous anchors")
+    late_update: LateUpdate = "executed"
     overdue_after_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -146,7 +150,7 @@ def late_advantages(
         cell_weights: ``(rewards, contributes) -> (n_groups, G)`` weights on the recomputed advantages
             (the fusion's rule; default 1).
         config: the advantages' settings (the run's).
-        update: ``"correction"`` or ``"full"`` (:class:`AsynchronyConfig`).
+        update: ``"correction"``, ``"executed"`` or ``"full"`` (:class:`AsynchronyConfig`).
 
     Returns:
         ``(rewards, advantages)``, both ``(n_groups, G)``: the rewards with the landed scores in, and
@@ -168,10 +172,12 @@ def late_advantages(
     ga = group_advantages(rewards, None, config)
     weights = np.ones_like(rewards) if cell_weights is None else cell_weights(rewards, ga.contributes)
     advantages = ga.advantages * weights
-    if update == "correction":
+    if update in ("correction", "executed"):
         advantages = advantages - np.nan_to_num(applied_advantages, nan=0.0)
     # a group nothing landed in is unchanged: no late update there
     advantages = np.where(arrived.any(axis=1)[:, None] & ~np.isnan(rewards), advantages, np.nan)
+    if update == "executed":  # the rollouts whose real scores landed (their group's baseline shift aside)
+        advantages = np.where(arrived, advantages, np.nan)
     return rewards, advantages
 
 

@@ -1,8 +1,9 @@
 """``wmrl bench synthetic --lag-sweep``: asynchronous anchors on the simulated problem.
 
 For each anchor lag ``d`` (``corrector.asynchrony.max_anchor_lag``) the ``wmrl`` arm (the default
-design, whatever the corrector settings given) runs on the same seeds as with ``d = 0``; extra rows
-run ``late_update="full"`` and the importance-weighted late gradient at one lag. It reports:
+design, whatever the corrector settings given) runs on the same seeds as with ``d = 0``, with the
+configured ``late_update``; extra rows run the other late updates and the importance-weighted late
+gradient at one lag. It reports:
 
 * the final true reward (mean ± 95% t-interval over seeds) and the per-seed paired difference against
   ``d = 0`` (equal steps; executions per step are nearly equal, so equal steps is close to equal cost:
@@ -26,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wmrl.core.bench.simulation import ArmResult, SimConfig, run_arm
-from wmrl.core.late import modelled_step_times
+from wmrl.core.late import LATE_UPDATES, modelled_step_times
 from wmrl.core.modes import apply_changes
 
 __all__ = ["LAGS", "LATENCIES", "format_lag_sweep", "lag_sweep"]
@@ -42,21 +43,18 @@ def _t95(values: npt.NDArray[Any]) -> float:
     return 0.0 if n < 2 else float(stats.t.ppf(0.975, n - 1) * np.std(values, ddof=1) / np.sqrt(n))
 
 
-def _rows(lags: Sequence[int]) -> list[tuple[str, int, dict[str, Any], float | None]]:
-    """(label, lag, corrector changes, importance clip) per row of the sweep."""
+def _rows(lags: Sequence[int], default: str) -> list[tuple[str, int, dict[str, Any], float | None]]:
+    """(label, lag, corrector changes, importance clip) per row of the sweep: every lag with the
+    configured late update (``default``), then the other late updates and the importance weight at one lag."""
     rows: list[tuple[str, int, dict[str, Any], float | None]] = [
         (f"lag {d}", d, {"asynchrony.max_anchor_lag": d}, None) for d in lags
     ]
     probe = next((d for d in lags if d >= 2), None) or next((d for d in lags if d > 0), None)
     if probe is not None:
-        rows.append(
-            (
-                f"lag {probe}, full",
-                probe,
-                {"asynchrony.max_anchor_lag": probe, "asynchrony.late_update": "full"},
-                None,
-            )
-        )
+        for update in LATE_UPDATES:
+            if update != default:
+                changes = {"asynchrony.max_anchor_lag": probe, "asynchrony.late_update": update}
+                rows.append((f"lag {probe}, {update}", probe, changes, None))
         rows.append((f"lag {probe}, IS clip 2", probe, {"asynchrony.max_anchor_lag": probe}, 2.0))
     return rows
 
@@ -75,7 +73,7 @@ def lag_sweep(
     out: dict[str, Any] = {"arm": arm, "seeds": list(seeds), "latencies": list(latencies), "rows": []}
     baseline: npt.NDArray[Any] | None = None
     sync_walls: dict[float, npt.NDArray[Any]] = {}
-    for label, lag, changes, clip in _rows(lags):
+    for label, lag, changes, clip in _rows(lags, cfg.corrector.asynchrony.late_update):
         row_cfg = replace(cfg, corrector=apply_changes(cfg.corrector, changes), late_importance_clip=clip)
         results: list[ArmResult] = [run(row_cfg, arm, s) for s in seeds]
         final = np.array([r.true_reward[-1] for r in results])

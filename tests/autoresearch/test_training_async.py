@@ -20,7 +20,10 @@ def test_a_batchs_rows_return_lag_batches_later_with_their_late_advantages(tmp_p
     from wmrl.core.advantages import group_advantages
 
     trainer, _, anchor = make_trainer(
-        tmp_path, "wmrl", preset_changes=_async(1), args=grpo_args(tmp_path, steps=4)
+        tmp_path,
+        "wmrl",
+        preset_changes=_async(1, late_update="correction"),
+        args=grpo_args(tmp_path, steps=4),
     )
     spy = Spy(trainer)
     trainer.train()
@@ -30,8 +33,10 @@ def test_a_batchs_rows_return_lag_batches_later_with_their_late_advantages(tmp_p
     assert outputs[0]["advantages"].shape[0] == own  # nothing has landed yet
     for t in (1, 2, 3):  # batch t carries batch t-1's rows (the last batch drains: its own run synchronously)
         out, before = outputs[t], outputs[t - 1]
-        assert out["advantages"].shape[0] == 2 * own
-        late_ids, before_ids = out["completion_ids"][own:], before["completion_ids"][:own]
+        plan_then = corrections[t - 1][0]
+        changed_rows = np.repeat(plan_then.execute_mask(2).any(axis=1), 2)
+        assert out["advantages"].shape[0] == own + changed_rows.sum()
+        late_ids, before_ids = out["completion_ids"][own:], before["completion_ids"][:own][changed_rows]
         width = before_ids.shape[1]
         assert (late_ids[:, :width] == before_ids).all()
         # the late advantages: group advantages with the landed real scores in, less what batch t-1 applied
@@ -44,9 +49,9 @@ def test_a_batchs_rows_return_lag_batches_later_with_their_late_advantages(tmp_p
         expected = group_advantages(rewards, None, trainer.corrector.config.advantages).advantages
         expected = expected - np.nan_to_num(corr.advantages)
         changed = executed.reshape(-1, 2).any(axis=1)
-        got = out["advantages"][own:].numpy().reshape(-1, 2)
-        np.testing.assert_allclose(got[changed], expected[changed], atol=1e-5)
-        assert np.all(got[~changed] == 0)
+        # the rows of groups nothing landed in are left out; the rest come back in order
+        got = out["advantages"][own:].numpy()
+        np.testing.assert_allclose(got, expected[changed].reshape(-1), atol=1e-5)
     last_plan, _, last_real, _, _ = corrections[3]
     assert not np.isnan(last_real[last_plan.execute_mask(2)]).all(), "the draining batch executed its own"
     logged = trainer.state.log_history[1]
@@ -79,3 +84,19 @@ def test_a_lag_of_zero_trains_as_before(tmp_path):
         trainer.train()
         runs.append([o["advantages"].numpy().tolist() for o in spy.outputs])
     assert runs[0] == runs[1]
+
+
+def test_the_default_late_update_trains_the_executed_rows_again_and_only_them(tmp_path):
+    trainer, _, _ = make_trainer(
+        tmp_path, "wmrl", preset_changes=_async(1), args=grpo_args(tmp_path, steps=3)
+    )
+    assert trainer.corrector.config.asynchrony.late_update == "executed"
+    spy = Spy(trainer)
+    trainer.train()
+    own = 4
+    plan_then = spy.corrections[0][0]
+    executed = plan_then.execute_mask(2).reshape(-1)
+    out = spy.outputs[1]
+    assert out["advantages"].shape[0] == own + executed.sum()
+    before_ids = spy.outputs[0]["completion_ids"][:own][executed]
+    assert (out["completion_ids"][own:, : before_ids.shape[1]] == before_ids).all()

@@ -3,8 +3,9 @@
 A generation batch's rows are kept (CPU copies of the per-row tensors TRL's loss reads: prompt and
 completion tokens and masks, the behaviour and reference log-probabilities) while their executions
 run. When the executions land, :func:`append_rows` adds those rows, with their late advantages, to
-the batch being trained: padded to its widths (prompts on the left, completions on the right, as TRL
-pads them), masked where a row has nothing to apply, and topped up with empty rows to a multiple of
+the batch being trained (only the rows with a late advantage: with ``late_update=executed`` the
+executed ones): padded to its widths (prompts on the left, completions on the right, as TRL pads them),
+and topped up with empty (fully masked) rows to a multiple of
 TRL's ``steps_per_generation`` (its splitter drops a remainder). ``num_items_in_batch`` is left as
 the batch's own: with a token-sum loss (``dapo``, ``cispo``, ``vespo``) the late rows add to the
 step's update without diluting its own rows.
@@ -82,11 +83,18 @@ def append_rows(
     Args:
         output: TRL's batch (``advantages`` already the corrector's, this rank's rows).
         late: per landed step, its kept rows (:func:`keep_rows`) and their late advantages ``(n,)``
-            (NaN: nothing to apply to that row, which is masked).
+            (NaN: nothing to apply to that row, which is left out).
         pad_token_id: the tokenizer's padding id.
         multiple: TRL's ``steps_per_generation`` (the batch is split in that many equal parts).
     """
-    late = [(rows, np.asarray(adv, dtype=np.float64)) for rows, adv in late if (~np.isnan(adv)).any()]
+    kept = []
+    for rows, adv in late:  # only the rows with something to apply are trained again
+        adv = np.asarray(adv, dtype=np.float64)
+        live = np.flatnonzero(~np.isnan(adv))
+        if live.size:
+            index = torch.as_tensor(live)
+            kept.append(({k: v.index_select(0, index) for k, v in rows.items()}, adv[live]))
+    late = kept
     if not late:
         return output
     device = output["advantages"].device
