@@ -30,6 +30,9 @@ def test_each_file_is_the_sweep_on_its_seeds(name, first_seed, n, variants):
     rows = _rows(name)
     assert rows["lag 0"]["paired_vs_lag0"] == 0.0
     assert all(v == 1.0 for v in rows["lag 0"]["modelled_speedup_vs_sync"].values())
+    # the tuning run chose the default: it ran the previous one ("correction") on every lag
+    default, other = ("correction", "executed") if name == "tune" else ("executed", "correction")
+    assert rows["lag 0"]["late_update"] == default and rows[f"lag 2, {other}"]["late_update"] == other
     assert rows["lag 2, full"]["late_update"] == "full" and rows["lag 2, IS clip 2"]["importance_clip"] == 2.0
 
 
@@ -49,6 +52,6 @@ def test_the_docs_quote_the_files(name):
 def test_the_docs_quote_the_tuning_choice():
     doc = DOC.read_text()
     rows = _rows("tune")
-    for label in ("lag 2", "lag 2, full", "lag 2, IS clip 2"):
+    for label in ("lag 2", "lag 2, executed", "lag 2, full", "lag 2, IS clip 2"):
         row = rows[label]
         assert f"{row['paired_vs_lag0']:+.3f} ± {row['paired_vs_lag0_ci95']:.3f}" in doc, label

@@ -69,3 +69,17 @@ def test_the_4b_example_names_factories_that_exist():
         "reward.reward_manager.name=wmrl",
     ):
         assert needed in launch
+
+
+def test_the_verl_integration_refuses_asynchronous_anchors_with_the_reason():
+    from wmrl.core.corrector import CorrectorConfig
+    from wmrl.core.engines.verl.trainer import build_pipeline
+    from wmrl.core.late import AsynchronyConfig
+
+    config = VerlConfig(
+        world_model="m:f",
+        anchor="m:g",
+        corrector=CorrectorConfig(asynchrony=AsynchronyConfig(max_anchor_lag=1)),
+    )
+    with pytest.raises(ValueError, match="not supported by the verl integration: its wmrl_sync trainer"):
+        build_pipeline(config)

@@ -37,6 +37,12 @@ __all__ = ["WMRLPPOTrainer", "build_pipeline", "load_state", "save_state"]
 def build_pipeline(config: VerlConfig) -> RewardPipeline:
     """The run's reward pipeline in the trainer process: the anchor source; the world model already
     scored in the reward loop, so it is not built here (a stand-in keeps the pair check honest)."""
+    refuse_asynchrony(
+        config.corrector.asynchrony,
+        "the verl integration",
+        "its wmrl_sync trainer scores a batch inside verl's synchronous PPO step, which has no place for "
+        "an earlier batch's late groups",
+    )
     anchor = load_object(config.anchor)() if config.anchor is not None else None
 
     class _ScoredInRewardLoop:
@@ -47,14 +53,7 @@ def build_pipeline(config: VerlConfig) -> RewardPipeline:
             raise RuntimeError("the world model scores in verl's reward loop, not in the trainer")
 
     wm = _ScoredInRewardLoop() if config.mode.value != "real" else None
-    pipeline = RewardPipeline(wm, anchor, mode=config.mode, corrector=config.corrector)
-    refuse_asynchrony(
-        pipeline.asynchrony,
-        "the verl integration",
-        "its wmrl_sync trainer scores a batch inside verl's synchronous PPO step, which has no place for "
-        "an earlier batch's late groups",
-    )
-    return pipeline
+    return RewardPipeline(wm, anchor, mode=config.mode, corrector=config.corrector)
 
 
 def save_state(pipeline: RewardPipeline, step_folder: str | os.PathLike) -> None:
