@@ -55,3 +55,14 @@ def test_the_docs_quote_the_tuning_choice():
     for label in ("lag 2", "lag 2, executed", "lag 2, full", "lag 2, IS clip 2"):
         row = rows[label]
         assert f"{row['paired_vs_lag0']:+.3f} ± {row['paired_vs_lag0_ci95']:.3f}" in doc, label
+
+
+def test_the_docs_quote_the_measured_hpo_runs():
+    arms = json.loads((RESULTS / "hpo" / "summary.json").read_text())["arms"]
+    doc = DOC.read_text()
+    assert set(arms) == {"real", "world_model", "wmrl", "wmrl_lag1", "wmrl_lag2"}
+    for name, arm in arms.items():
+        assert len(arm["runs"]) == 3 and {r["seed"] for r in arm["runs"]} == {0, 1, 2}
+        assert f"| `{name}` | {arm['wall_s']:.1f} ± {arm['wall_s_ci95']:.1f} |" in doc, name
+    lag1 = arms["wmrl_lag1"]
+    assert f"{lag1['speedup_vs_wmrl']:.2f}× ± {lag1['speedup_vs_wmrl_ci95']:.2f}" in doc
