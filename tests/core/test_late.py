@@ -289,3 +289,46 @@ def test_kill_9_with_executions_in_flight_then_resume_continues_as_if_never_stop
     assert any(r["toy/late_groups"] > 0 for r in rows_whole), "no late groups: the test tests nothing"
     assert rows_resumed == rows_whole
     assert torch.equal(logits_resumed, logits_whole)
+
+
+def test_ctrl_c_with_executions_in_flight_uses_them_for_calibration_and_checkpoints(tmp_path, capsys):
+    """A stop between checkpoints: what is in flight is awaited and calibrates (no step is left for its
+    gradient), the checkpoint holds nothing in flight, and the run resumes from it."""
+    import os
+    import signal
+
+    from wmrl.core.errors import Interrupted
+    from wmrl.core.loop import LoopTrainer
+    from wmrl.core.rundir import RunDirectory, checkpoint_step, list_checkpoints
+
+    sys.path.insert(0, str(HERE))
+    try:
+        from late_worker import LateToyConfig, LateToyDomain
+    finally:
+        sys.path.remove(str(HERE))
+
+    class StopAfterTwo(LateToyDomain):
+        def update(self, batch, result, step):
+            out = super().update(batch, result, step)
+            if step == 2:  # after checkpoint-2 (which drained), with step 2's executions in flight
+                os.kill(os.getpid(), signal.SIGINT)
+            return out
+
+    config = LateToyConfig()
+    pipe, calls = _pipeline(2, sleep=lambda: 0.05)
+    trainer = LoopTrainer(StopAfterTwo(config), pipe, config, RunDirectory(tmp_path / "run"), progress=False)
+    with pytest.raises(Interrupted, match="stopped after step 3"):
+        trainer.run()
+    trainer.close()
+    assert "stopped with executions in flight" in capsys.readouterr().err
+    # every execution submitted, step 2's included, reached the corrector before the checkpoint
+    assert pipe.corrector.executions_total == sum(len(batch) for batch in calls) > 0
+    assert not pipe.in_flight.pending and not pipe.in_flight.overdue
+    assert [checkpoint_step(c) for c in list_checkpoints(tmp_path / "run")] == [2, 3]
+    again_pipe, _ = _pipeline(2)
+    again = LoopTrainer(
+        LateToyDomain(config), again_pipe, config, RunDirectory(tmp_path / "run", resume=True), progress=False
+    )
+    assert again.step == 3
+    again.run()
+    again.close()
