@@ -50,3 +50,7 @@ def test_the_docs_quote_the_files():
     assert f"`real` {position('real-s0')}, {position('real-s1')}" in docs
     assert f"`real_cache` {position('real_cache-s0')}, {position('real_cache-s1')}" in docs
     assert f"({executions('real_cache-s0')}, {executions('real_cache-s1')})" in docs
+    # seed 2, as far as it has run
+    assert f"Seed 2: default {position('wmrl_flat-s2')} ± " in docs
+    assert f"`real` {position('real-s2')} ± " in docs
+    assert f"({executions('wmrl_flat-s2')} executions)" in docs
