@@ -1,4 +1,4 @@
-"""``wmrl bench synthetic`` and ``wmrl bench overhead``."""
+"""``wmrl bench synthetic``, ``wmrl bench cost`` and ``wmrl bench overhead``."""
 
 from __future__ import annotations
 
@@ -58,10 +58,16 @@ def register(root) -> None:
     syn.add_argument(
         "--lag-sweep",
         action="store_true",
-        help="also run the default arm with asynchronous anchors at lags 0, 1, 2, 4, 8 (and the full and "
-        "importance-weighted late updates): final reward, paired against lag 0, and modelled wall time",
+        help="also run the default arm with asynchronous anchors at lags 0, 1, 2, 4, 8 (and the other late "
+        "updates and an importance-weighted one): final reward, paired against lag 0, and modelled wall time",
     )
     syn.add_argument("--out", default="runs/bench-synthetic", help="output directory")
+    cost = root.subcommand(
+        "bench", "cost", "a finished run's measured costs against a measured real-execution run", _cost
+    )
+    cost.add_argument("run", help="the run folder")
+    cost.add_argument("--against", required=True, help="a finished mode=real run of the same work")
+    cost.add_argument("--json", default=None, help="also write the comparison here")
     over = root.subcommand("bench", "overhead", "corrector step time and debiaser refit time", _overhead)
     over.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
     over.add_argument("--out", default="runs/bench-overhead", help="output directory")
@@ -82,3 +88,20 @@ def _overhead(args: argparse.Namespace) -> int:
         # Timings are not kept: a rerun measures them all again on the machine as it is then.
         print("\ninterrupted: no timings written (rerun to measure)", file=sys.stderr)
         return 130
+
+
+def _cost(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from wmrl.core.bench.cost_compare import compare_costs, format_comparison
+
+    try:
+        result = compare_costs(args.run, args.against)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"wmrl bench cost: {err}", file=sys.stderr)
+        return 2
+    print(format_comparison(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return 0
