@@ -100,3 +100,17 @@ def test_the_default_late_update_trains_the_executed_rows_again_and_only_them(tm
     assert out["advantages"].shape[0] == own + executed.sum()
     before_ids = spy.outputs[0]["completion_ids"][:own][executed]
     assert (out["completion_ids"][own:, : before_ids.shape[1]] == before_ids).all()
+
+
+def test_whole_anchor_groups_are_masked_in_flight_and_trained_when_they_land(tmp_path):
+    trainer, _, _ = make_trainer(
+        tmp_path, "wmrl", preset="wmrl_groups", preset_changes=_async(1), args=grpo_args(tmp_path, steps=3)
+    )
+    spy = Spy(trainer)
+    trainer.train()
+    plan, _, real, _, corr = spy.corrections[0]
+    assert plan.anchor.sum() == 1 and np.isnan(real).all()
+    assert np.isnan(corr.advantages[plan.anchor]).all(), "a whole anchor group in flight must not train yet"
+    out = spy.outputs[1]
+    landed = out["advantages"][4:].numpy()
+    assert landed.shape == (2,) and np.abs(landed).sum() > 0  # the anchor group's two rollouts, real-graded

@@ -332,3 +332,23 @@ def test_ctrl_c_with_executions_in_flight_uses_them_for_calibration_and_checkpoi
     assert again.step == 3
     again.run()
     again.close()
+
+
+def test_the_concurrency_cap_counts_executions_in_flight():
+    """Whole anchor groups capped at 2 in flight, landing 2 steps late: while step 0's two groups
+    execute, step 1 starts none (floor 0); once they land (at step 2, before it plans), step 2 starts two."""
+    config = CorrectorConfig(
+        scheduler=SchedulerConfig(fraction=0.5, floor=0, max_concurrent=2, rollout_share=0.0),
+        asynchrony=AsynchronyConfig(max_anchor_lag=2),
+    )
+    wm = as_source(lambda items: [float(TRUE[a] ** 2) for _, a in items], "world_model", "wm")
+    real = as_source(lambda items: [float(TRUE[a]) for _, a in items], "anchor", "real")
+    pipe = RewardPipeline(wm, real, corrector=config)
+    four = [g for t in (0, 1) for g in _groups(10 * t)]  # 4 groups a step: 2 anchored at fraction 0.5
+
+    def groups(step):
+        return [Group(f"{step}:{i}", g.items, g.task) for i, g in enumerate(four)]
+
+    anchors = [int(pipe.step(groups(t)).plan.anchor.sum()) for t in range(4)]
+    assert anchors == [2, 0, 2, 0]
+    pipe.close()

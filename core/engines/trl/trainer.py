@@ -130,6 +130,7 @@ class _Step:
     items: list[Any] = field(default_factory=list)
     solution_keys: npt.NDArray[Any] | None = None
     late_metrics: dict[str, float | None] = field(default_factory=dict)
+    late_rows: list[tuple[dict[str, Any], npt.NDArray[Any]]] = field(default_factory=list)
 
     def add_time(self, seconds: Mapping[str, float]) -> None:
         for name, value in seconds.items():
@@ -577,14 +578,14 @@ class WMRLGRPOTrainer(GRPOTrainer):
             )
         step = self._new_step(inputs)
         self._wmrl_step = step
-        late: list[tuple[dict[str, Any], npt.NDArray[Any]]] = []
-        if self.pipeline.asynchrony.enabled:  # what is due lands before this batch is planned and corrected
+        asynchronous = self.pipeline.asynchrony.enabled
+        if asynchronous:  # what is due lands after this batch is generated (_calculate_rewards)
             step.drain = self._drains_now()
-            late, step.late_metrics = self._land(step.drain)
         self.on_phase("generation")
-        if not self.pipeline.plans_after_scoring:
+        if not self.pipeline.plans_after_scoring and not asynchronous:
             self._plan(step)  # from keys only: before generation, so K-turn rollouts know their stream
         output = super()._generate_and_score_completions(inputs)
+        late = step.late_rows
         correction = step.correction
         if correction is None:  # pragma: no cover - _calculate_rewards always sets it
             raise RuntimeError("the corrector did not run for this batch")
@@ -737,6 +738,11 @@ class WMRLGRPOTrainer(GRPOTrainer):
             raise RuntimeError("_calculate_rewards called outside a WMRL generation batch")
         self.on_phase("scoring")
         device = self.accelerator.device
+        if self.pipeline.asynchrony.enabled:
+            # the executions due now landed while this batch was generated; then it is planned and scored
+            step.late_rows, step.late_metrics = self._land(step.drain)
+            if not self.pipeline.plans_after_scoring:
+                self._plan(step)
         if self.turns > 1:
             local = np.array(
                 [[_nan(row.get("wmrl_wm")), np.nan, _nan(row.get("wmrl_real")), np.nan] for row in inputs],
