@@ -53,4 +53,5 @@ def test_the_docs_quote_the_files():
     # seed 2, as far as it has run
     assert f"Seed 2: default {position('wmrl_flat-s2')} ± " in docs
     assert f"`real` {position('real-s2')} ± " in docs
+    assert f"paper {position('paper-s2')} ± " in docs
     assert f"({executions('wmrl_flat-s2')} executions)" in docs
