@@ -509,7 +509,7 @@ class Corrector:
             from_memory=real.from_memory & known,
         )
 
-    # -- the steps of correct() -------------------------------------------------------------------
+    # -- asynchronous anchors ---------------------------------------------------------------------
     def land(
         self,
         plan: Plan,
@@ -552,9 +552,7 @@ class Corrector:
         self._measure(step, real, pairs)
         self._debias(step, real, pairs)
         recorded = self._remember(step)
-        executions = int(np.count_nonzero(~np.isnan(step.real)))
-        if step.second is not None:
-            executions += int(np.count_nonzero(~np.isnan(step.second)))
+        executions = step.executions
         self._count_executions(executions, 0)
         # only groups with an execution that landed change; within them every real outcome now known
         landed_rows = (step.execute & ~np.isnan(real.executed_mean)).any(axis=1)
@@ -586,6 +584,7 @@ class Corrector:
         }
         return rewards, advantages, metrics
 
+    # -- the steps of correct() -------------------------------------------------------------------
     def _real_outcomes(self, step: StepInputs, count: bool = True) -> _RealOutcomes:
         """Repeated executions pooled (and their noise measured), the memory's outcomes for solutions
         it knew before this step, and a solution executed this step serving its other rollouts."""
@@ -714,9 +713,7 @@ class Corrector:
         recorded: int,
     ) -> dict[str, float | None]:
         anchor, execute = step.anchor, step.execute
-        executions_now = int(np.count_nonzero(~np.isnan(step.real)))
-        if step.second is not None:
-            executions_now += int(np.count_nonzero(~np.isnan(step.second)))
+        executions_now = step.executions
         rollouts_now = int(np.count_nonzero(~np.isnan(step.wm) | ~np.isnan(step.real) | real.from_memory))
         metrics = self._metrics(step.plan, step.wm, step.real, anchor, ga, weights, diagnostics)
         metrics.update(

@@ -55,6 +55,7 @@ __all__ = [
     "late_advantages",
     "modelled_step_times",
     "refuse_asynchrony",
+    "running_keys",
 ]
 
 #: The metrics an asynchronous step adds (``max_anchor_lag > 0``), documented in ``docs/architecture.md``.
@@ -220,6 +221,14 @@ class InFlight:
     executions: int
     future: Future[Any]
     keys: frozenset[str] = field(default_factory=frozenset)
+
+
+def running_keys(solution_keys: Array | None, executed: Array) -> frozenset[str]:
+    """The solutions a step submitted for execution: ``solution_keys`` (``(n_groups, G)`` object, ``None`` =
+    no key; ``None`` for none at all) where ``executed`` (bool, same shape) is set."""
+    if solution_keys is None:
+        return frozenset()
+    return frozenset(k for k in np.asarray(solution_keys, dtype=object)[executed].tolist() if k is not None)
 
 
 class AnchorsInFlight:

@@ -38,7 +38,7 @@ import numpy.typing as npt
 
 from wmrl.core.corrector import Correction, Corrector, CorrectorConfig, Plan
 from wmrl.core.distributed import Processes
-from wmrl.core.late import AnchorsInFlight, InFlight, LateGroups
+from wmrl.core.late import AnchorsInFlight, InFlight, LateGroups, running_keys
 from wmrl.core.ledger import CostLedger
 from wmrl.core.modes import Mode, check_mode, resolve_corrector
 from wmrl.core.rollouts import Exact, Group
@@ -517,24 +517,7 @@ class RewardPipeline:
             return self._step_async(groups, in_flight, drain)
         if processes is not None and processes.distributed:
             return self._step_ranks(groups, in_flight, processes)
-        if not groups:
-            raise ValueError("step() needs at least one group")
-        for g in groups:
-            if len(g.items) == 0:
-                raise ValueError(f"group {g.key!r} is empty: every group needs at least one rollout")
-        keys = [g.key for g in groups]
-        tasks = None if all(g.task is None for g in groups) else [str(g.task) for g in groups]
-        width = max(len(g.items) for g in groups)
-        items = [item for g in groups for item in g.items]
-        # the cells of the (groups, width) matrices that hold a rollout (shorter groups are padded)
-        cells = np.zeros((len(groups), width), dtype=bool)
-        for i, g in enumerate(groups):
-            cells[i, : len(g.items)] = True
-        flat_keys = self.keys_of(items)
-        solution_keys = None
-        if flat_keys is not None:
-            solution_keys = np.full((len(groups), width), None, dtype=object)
-            solution_keys[cells] = flat_keys
+        keys, tasks, width, items, cells, solution_keys = self._layout(groups)
         if self.plans_after_scoring and self._can_stream():
             scores, plan = self._score_streamed(items, keys, tasks, width, cells, solution_keys, in_flight)
         elif self.plans_after_scoring:  # these plans read the world model's scores first
@@ -566,15 +549,21 @@ class RewardPipeline:
         self.learn(items, scores.real)
         return StepResult(correction, plan, scores)
 
-    def _step_async(self, groups: Sequence[Group], in_flight: int, drain: bool) -> StepResult:
-        """:meth:`step` with executions off the critical path (see :mod:`wmrl.core.late`)."""
+    def _layout(
+        self, groups: Sequence[Group]
+    ) -> tuple[list[str], list[str] | None, int, list[Any], npt.NDArray[np.bool_], npt.NDArray[Any] | None]:
+        """A single process's step as matrices: ``(group keys, tasks or None, width G, flat items,
+        cells, solution keys or None)``; ``cells[i, j]``: group ``i`` has a rollout ``j`` (shorter groups
+        are padded), ``solution keys`` an ``(n_groups, G)`` object matrix.
+
+        Raises:
+            ValueError: no group, or an empty one.
+        """
         if not groups:
             raise ValueError("step() needs at least one group")
         for g in groups:
             if len(g.items) == 0:
                 raise ValueError(f"group {g.key!r} is empty: every group needs at least one rollout")
-        now = self.corrector.step_count
-        late, late_metrics = self.land_due(None if drain else now)
         keys = [g.key for g in groups]
         tasks = None if all(g.task is None for g in groups) else [str(g.task) for g in groups]
         width = max(len(g.items) for g in groups)
@@ -587,6 +576,13 @@ class RewardPipeline:
         if flat_keys is not None:
             solution_keys = np.full((len(groups), width), None, dtype=object)
             solution_keys[cells] = flat_keys
+        return keys, tasks, width, items, cells, solution_keys
+
+    def _step_async(self, groups: Sequence[Group], in_flight: int, drain: bool) -> StepResult:
+        """:meth:`step` with executions off the critical path (see :mod:`wmrl.core.late`)."""
+        keys, tasks, width, items, cells, solution_keys = self._layout(groups)
+        now = self.corrector.step_count
+        late, late_metrics = self.land_due(None if drain else now)
         scores = self.score(items, anchor=False)
         wm = self._matrix(groups, scores.wm, width)
         plan = self.corrector.plan(
@@ -609,23 +605,18 @@ class RewardPipeline:
             scores.take_real(execute())
         else:
             pending = self.in_flight.submit(execute)
-        real = self._matrix(groups, scores.real, width)
+        wm_variance = self._matrix(groups, scores.wm_variance, width)
         correction = self.correct(
             plan,
             wm,
-            real,
-            self._matrix(groups, scores.wm_variance, width),
+            self._matrix(groups, scores.real, width),
+            wm_variance,
             repeats=self._matrix(groups, scores.real_repeat, width),
             solution_keys=solution_keys,
         )
         if pending is None:
             self.learn(items, scores.real)
         else:
-            running = set()
-            if solution_keys is not None:
-                running = {
-                    k for k in solution_keys[plan.execute_mask(width) & cells].tolist() if k is not None
-                }
             self.in_flight.add(
                 InFlight(
                     step=now,
@@ -635,13 +626,13 @@ class RewardPipeline:
                     items=items,
                     cells=cells,
                     wm=wm,
-                    wm_variance=self._matrix(groups, scores.wm_variance, width),
+                    wm_variance=wm_variance,
                     rewards=correction.rewards.copy(),
                     advantages=correction.advantages.copy(),
                     solution_keys=solution_keys,
                     executions=int(execute_rows.sum() + repeat_rows.sum()),
                     future=pending,
-                    keys=frozenset(running),
+                    keys=running_keys(solution_keys, plan.execute_mask(width) & cells),
                 )
             )
         late_metrics["async/in_flight_executions"] = float(self.in_flight.executions())

@@ -103,6 +103,14 @@ class StepInputs:
         return self.wm.shape  # type: ignore[return-value]
 
     @property
+    def executions(self) -> int:
+        """Real executions with a known score: first executions and repeats."""
+        known = int(np.count_nonzero(~np.isnan(self.real)))
+        if self.second is not None:
+            known += int(np.count_nonzero(~np.isnan(self.second)))
+        return known
+
+    @property
     def anchor(self) -> np.ndarray:
         """``(n_groups,)`` bool: the whole anchor groups."""
         return self.plan.anchor

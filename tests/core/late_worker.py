@@ -18,26 +18,23 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from test_loop import TRUE, ToyConfig, ToyDomain  # the same directory: the loop trainer's toy bandit
 
-from wmrl.core import Group, RewardPipeline, as_source
+from wmrl.core import RewardPipeline, as_source
 from wmrl.core.corrector import CorrectorConfig
 from wmrl.core.debias import DebiasConfig
 from wmrl.core.late import AsynchronyConfig
 from wmrl.core.loop import LoopTrainer
 from wmrl.core.rundir import RunDirectory
 from wmrl.core.scheduler import SchedulerConfig
-from wmrl.core.train_config import CheckpointConfig, LoggingConfig, TrainConfigBase
-
-TRUE = np.linspace(0.0, 1.0, 6)
+from wmrl.core.train_config import CheckpointConfig, LoggingConfig
 
 
 @dataclass(frozen=True)
-class LateToyConfig(TrainConfigBase):
-    """The toy bandit with anchors two steps late."""
+class LateToyConfig(ToyConfig):
+    """The loop trainer's toy bandit (``test_loop.py``) with anchors two steps late."""
 
     steps: int = 6
-    group_size: int = 4
-    learning_rate: float = 0.5
     checkpoint: CheckpointConfig = field(default_factory=lambda: CheckpointConfig(every=2))
     logging: LoggingConfig = field(default_factory=lambda: LoggingConfig(report_to=(), completions=False))
     corrector: CorrectorConfig = field(
@@ -49,27 +46,14 @@ class LateToyConfig(TrainConfigBase):
     )
 
 
-class LateToyDomain:
+class LateToyDomain(ToyDomain):
+    """The toy bandit that also trains on the late groups (``result.late``)."""
+
     late_anchors = True
 
     def __init__(self, config: LateToyConfig, kill_at: int | None = None) -> None:
-        self.config = config
+        super().__init__(config)
         self.kill_at = kill_at
-        self.logits = torch.zeros(2, 6, requires_grad=True)
-        self.opt = torch.optim.Adam([self.logits], lr=config.learning_rate)
-
-    def groups(self, step):
-        return [0, 1]
-
-    def rollout(self, groups, step):
-        gen = torch.Generator().manual_seed(step)
-        out = []
-        for task in groups:
-            picks = torch.multinomial(
-                torch.softmax(self.logits[task].detach(), 0), self.config.group_size, True, generator=gen
-            )
-            out.append(Group(key=f"{step}:{task}", items=[(task, int(a)) for a in picks], task=f"t{task}"))
-        return out
 
     def update(self, batch, result, step):
         groups = list(batch) + [g for late in result.late for g in late.groups]
@@ -85,21 +69,6 @@ class LateToyDomain:
         if self.kill_at is not None and step == self.kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
         return {"toy/loss": float(loss.detach()), "toy/late_groups": float(len(groups) - len(batch))}
-
-    def metrics(self, batch, result):
-        return {}
-
-    def completion_columns(self, batch):
-        return {}
-
-    def save(self, folder: Path):
-        torch.save({"logits": self.logits.detach(), "opt": self.opt.state_dict()}, folder / "toy.pt")
-
-    def load(self, folder: Path):
-        state = torch.load(folder / "toy.pt", weights_only=True)
-        with torch.no_grad():
-            self.logits.copy_(state["logits"])
-        self.opt.load_state_dict(state["opt"])
 
 
 def slow_real(items):

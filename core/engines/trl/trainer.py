@@ -55,7 +55,7 @@ from wmrl.core.engines.trl.late_rows import append_rows, keep_rows
 from wmrl.core.engines.trl.multiturn import EpisodeFactory, TurnContext, multi_turn_rollout
 from wmrl.core.engines.trl.shared_prefill import equal_runs, generate_shared
 from wmrl.core.interrupt import GracefulStop
-from wmrl.core.late import InFlight, refuse_asynchrony
+from wmrl.core.late import InFlight, refuse_asynchrony, running_keys
 from wmrl.core.ledger import CostLedger
 from wmrl.core.modes import Mode
 from wmrl.core.pipeline import RewardPipeline
@@ -626,9 +626,6 @@ class WMRLGRPOTrainer(GRPOTrainer):
         n_groups = wm.shape[0]
         executed = step.plan.execute_mask(g)
         keys = step.solution_keys
-        running = set()
-        if keys is not None:
-            running = {k for k in keys[executed].tolist() if k is not None}
         self.pipeline.in_flight.add(
             InFlight(
                 step=self.corrector.step_count - 1,
@@ -644,7 +641,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
                 solution_keys=keys,
                 executions=int(executed.sum() + step.plan.repeat_mask(g).sum()),
                 future=step.pending,
-                keys=frozenset(running),
+                keys=running_keys(keys, executed),
             )
         )
 
@@ -780,31 +777,19 @@ class WMRLGRPOTrainer(GRPOTrainer):
     ) -> npt.NDArray[Any]:
         """``(n_local, 4)``: world-model score, its per-call variance, real score, repeated real score
         (NaN = unknown / not graded)."""
-        if step.plan is None:  # plans that read world-model scores: the world model scores first
+        in_flight = self.pipeline.asynchrony.enabled and not step.drain
+        if step.plan is None or in_flight:
+            # the world model scores first: plans that read its scores, or executions submitted after it
             scores = self.pipeline.score(items, anchor=False)
             step.add_time(scores.seconds)
-            column = torch.tensor(scores.wm, dtype=torch.float64, device=self.accelerator.device)
-            all_wm = self.accelerator.gather(column).cpu().numpy().reshape(-1, self.num_generations)
-            all_keys = None
-            if keys is not None:
-                flat = [k for rank in gather_object([keys]) for k in rank]
-                all_keys = np.array(flat, dtype=object).reshape(-1, self.num_generations)
-            self._plan(step, all_wm, all_keys)
-            if self._submit(step, items):
-                return self._graded_without_real(step, scores)
-            second = self.pipeline.score(
-                items,
-                self.local_anchor_rows(step),
-                world_model=False,
-                repeat_rows=self.local_repeat_rows(step),
-            )
-            step.add_time(second.seconds)
-            scores.take_real(second)
-            scores.seconds = {}
-        elif self.pipeline.asynchrony.enabled and not step.drain:
-            scores = self.pipeline.score(items, anchor=False)
-            step.add_time(scores.seconds)
-            scores.seconds = {}
+            if step.plan is None:
+                column = torch.tensor(scores.wm, dtype=torch.float64, device=self.accelerator.device)
+                all_wm = self.accelerator.gather(column).cpu().numpy().reshape(-1, self.num_generations)
+                all_keys = None
+                if keys is not None:
+                    flat = [k for rank in gather_object([keys]) for k in rank]
+                    all_keys = np.array(flat, dtype=object).reshape(-1, self.num_generations)
+                self._plan(step, all_wm, all_keys)
             if self._submit(step, items):
                 return self._graded_without_real(step, scores)
             second = self.pipeline.score(
