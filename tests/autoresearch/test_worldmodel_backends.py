@@ -4,19 +4,15 @@ Servers: this package's real OpenAI-compatible server (``llm/server.py``) over t
 them plus one address nobody listens on; prompts spread over the live ones, a server stopped
 mid-run is failed over, and with every server down the world model's grade is unknown, never 0.
 
-vLLM: its wheel is CUDA-only, so ``status_probs`` scoring through ``VLLMBackend`` runs against the
-fake of vLLM's interface in ``tests/fakes/vllm`` (which computes ``prompt_logprobs`` with the same
-transformers model): the numbers must equal the transformers backend's on the same prompts. On a
-GPU, ``benchmarks/gpu_check.py`` compares real vLLM with the transformers backend.
+vLLM: the offline engine and real ``vllm serve`` processes run (vLLM's CPU build in
+``.venv-vllm``) in ``test_vllm_engine_real.py`` and ``test_vllm_serve_real.py``; here, the
+settings that choose the worker and their refusals.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 pytestmark = [pytest.mark.transformers]
@@ -93,40 +89,14 @@ def test_the_training_config_selects_the_servers(tiny, tmp_path):
         BackendConfig(kind="vllm", endpoints=("http://x:1/v1",))
 
 
-@pytest.fixture
-def fake_vllm(monkeypatch):
-    """The fake of vLLM's interface (tests/fakes/vllm) as ``vllm`` for this test only."""
-    spec = importlib.util.spec_from_file_location(
-        "vllm", FAKES / "vllm" / "__init__.py", submodule_search_locations=[str(FAKES / "vllm")]
-    )
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "vllm", module)
-    spec.loader.exec_module(module)
-    return module
+def test_a_vllm_worker_is_configured_or_refused(tmp_path):
+    from wmrl.autoresearch.llm.vllm_worker import VLLMWorkerBackend, WorkerError
+    from wmrl.autoresearch.worldmodel.model import BackendConfig
 
-
-def test_status_probs_from_vllm_prompt_logprobs_equal_the_transformers_numbers(fake_vllm, tmp_path):
-    from wmrl.autoresearch.llm import TransformersBackend, load_model
-    from wmrl.autoresearch.llm.tiny import save_tiny_model
-    from wmrl.autoresearch.llm.vllm_backend import VLLMBackend
-    from wmrl.autoresearch.worldmodel import WorldModel, WorldModelConfig
-    from wmrl.autoresearch.worldmodel.prompts import ASSISTANT_PREFIX
-
-    folder = save_tiny_model(tmp_path / "wm")
-    loaded = load_model(folder)
-    hf = TransformersBackend(loaded.model, loaded.tokenizer, model_id="tiny")
-    vllm_backend = VLLMBackend(str(folder), model_id="tiny")
-    conversation = [{"role": "user", "content": "predict the outcome"}]
-    candidates = ['valid"', 'runtime_error"', ['valid", "position":', " 0.5,"]]
-    a = hf.score_continuations(conversation, ASSISTANT_PREFIX, candidates)
-    b = vllm_backend.score_continuations(conversation, ASSISTANT_PREFIX, candidates)
-    assert np.allclose(a, b, atol=1e-4), (a, b)
-    # the same expected rewards through the world model (status_probs scoring) on both backends
-    config = WorldModelConfig(scoring="status_probs", worked_example=False, overview_tokens=300)
-    items = [("t", "import pandas as pd\nprint(pd.__version__)\n"), ("t", "x = 1\nprint(x)\n")]
-    grades = [
-        WorldModel(backend, config, overview_fn=lambda task: "a toy task", cache=False).grade(items)
-        for backend in (hf, vllm_backend)
-    ]
-    assert [g.value for g in grades[0]] == pytest.approx([g.value for g in grades[1]], abs=1e-4)
-    assert all(g.value is not None for g in grades[1])
+    assert BackendConfig(kind="vllm", python="/opt/vllm/bin/python").python == "/opt/vllm/bin/python"
+    with pytest.raises(ValueError, match="for kind=vllm"):
+        BackendConfig(kind="transformers", python="/opt/vllm/bin/python")
+    with pytest.raises(ValueError, match="python must be null"):
+        BackendConfig(kind="vllm", python=" ")
+    with pytest.raises(WorkerError, match="no interpreter"):
+        VLLMWorkerBackend(str(tmp_path), python=str(tmp_path / "missing" / "python"))
