@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     folder = str(resolve_model_path("smollm2"))
     loaded, hf_load_s = _timed(lambda: load_model(folder, dtype="float32", device="cpu"))
     backends = {"transformers": TransformersBackend(loaded.model, loaded.tokenizer, model_id="smollm2")}
-    backends["vllm"], vllm_load_s = _timed(lambda: VLLMWorkerBackend(folder, python=args.python, dtype="float32"))
+    backends["vllm"], vllm_load_s = _timed(
+        lambda: VLLMWorkerBackend(folder, python=args.python, dtype="float32")
+    )
     print(f"loaded: transformers {hf_load_s:.1f} s, vllm worker {vllm_load_s:.1f} s", flush=True)
     try:
         solutions = [s for s, _ in build_items(args.items)]

@@ -178,10 +178,14 @@ def _vllm_args(g, on_cpu: bool) -> dict:
             "grpo.gradient_checkpointing=true on a CPU makes GRPO several times slower; it is for GPUs "
             "(model.device=cuda)"
         )
-    if not g.use_vllm:
+    if not g.use_vllm or g.vllm_mode == "http":  # http: WMRL's own client takes TRL's place (vllm_http)
         return {}
     if on_cpu:
-        raise ConfigError("grpo.use_vllm=true needs a GPU (vLLM is CUDA-only): set model.device=cuda")
+        raise ConfigError(
+            f"grpo.vllm_mode={g.vllm_mode} needs a GPU (TRL's colocate mode needs vLLM in this environment, its "
+            "server mode pushes weights with NCCL): set model.device=cuda, or use grpo.vllm_mode=http with a "
+            "vLLM server (its CPU build runs here)"
+        )
     args = {
         "use_vllm": True,
         "vllm_mode": g.vllm_mode,
@@ -190,6 +194,17 @@ def _vllm_args(g, on_cpu: bool) -> dict:
     if g.vllm_server_base_url is not None:
         args["vllm_server_base_url"] = g.vllm_server_base_url
     return args
+
+
+def vllm_http(config: TrainConfig, out: Path):
+    """WMRL's client of a stock vLLM server (``grpo.vllm_mode=http``), or ``None``: the policy's weights
+    go to ``<run>/vllm-weights``, which the server must be able to read."""
+    g = config.grpo
+    if not (g.use_vllm and g.vllm_mode == "http"):
+        return None
+    from wmrl.core.engines.trl import VLLMHTTPConfig
+
+    return VLLMHTTPConfig(g.vllm_server_base_url, weights_dir=str(out / "vllm-weights"), seed=config.seed)
 
 
 def check_policy_action(config: TrainConfig) -> None:
@@ -352,6 +367,7 @@ def build_trainer(
         peft_config=peft_config(config, policy.model),
         callbacks=[run_log],
         metrics_fn=pool_metrics(anchor),
+        vllm_http=vllm_http(config, out),
     )
     holder["trainer"] = trainer
     trainer.on_phase = run_log.set_phase

