@@ -55,3 +55,5 @@ def test_the_docs_quote_the_files():
     assert f"`real` {position('real-s2')} ± " in docs
     assert f"paper {position('paper-s2')} ± " in docs
     assert f"({executions('wmrl_flat-s2')} executions)" in docs
+    assert f"`real_cache` {position('real_cache-s2')} ± " in docs
+    assert f"({executions('real_cache-s2')}) |" in docs
