@@ -17,7 +17,11 @@ RETRYABLE_STATUS = (408, 429, 500, 502, 503, 504)
 
 
 def retrying_session(
-    retries: int, backoff_s: float, pool: int = 10, status: Iterable[int] = RETRYABLE_STATUS
+    retries: int,
+    backoff_s: float,
+    pool: int = 10,
+    status: Iterable[int] = RETRYABLE_STATUS,
+    read_retries: int | None = None,
 ) -> Any:
     """A ``requests.Session`` that retries connection errors, read timeouts and ``status`` replies
     ``retries`` times (GET and POST), waiting ``backoff_s``, then twice as long each time; after the
@@ -28,6 +32,8 @@ def retrying_session(
         backoff_s: the first wait, in seconds (0: none).
         pool: connections kept per host (requests in flight at once).
         status: HTTP status codes retried.
+        read_retries: tries again after a read timeout (``None``: ``retries``); 0 where a request
+            that timed out would only time out again (a long generation, a weight reload).
     """
     import requests
     from requests.adapters import HTTPAdapter
@@ -36,7 +42,7 @@ def retrying_session(
     retry = Retry(
         total=retries,
         connect=retries,
-        read=retries,
+        read=retries if read_retries is None else read_retries,
         status=retries,
         other=0,
         backoff_factor=backoff_s,

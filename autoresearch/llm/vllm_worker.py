@@ -120,6 +120,10 @@ class VLLMWorkerBackend(BackendBase):
             )
         if startup_timeout_s <= 0 or request_timeout_s <= 0:
             raise ValueError("startup_timeout_s and request_timeout_s must be > 0")
+        try:
+            engine_json = json.dumps(engine_kwargs)
+        except TypeError as err:
+            raise ValueError(f"the vLLM engine's arguments must be JSON values: {err}") from err
         self.model_id = model_id or str(model)
         self.request_timeout_s = float(request_timeout_s)
         self._lock = threading.Lock()
@@ -130,9 +134,10 @@ class VLLMWorkerBackend(BackendBase):
         env = dict(os.environ)
         env[_KEY_ENV] = key.hex()
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", _DEFAULT_CPU_KV_CACHE_GIB)
-        request = {"model": str(model), "engine_kwargs": engine_kwargs, "address": address}
         request_file = Path(self._folder) / "request.json"
-        request_file.write_text(json.dumps(request))
+        request_file.write_text(
+            f'{{"model": {json.dumps(str(model))}, "address": {json.dumps(address)}, "engine_kwargs": {engine_json}}}'
+        )
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 [python, "-m", "wmrl.autoresearch.llm.vllm_worker", str(request_file)],
@@ -149,7 +154,7 @@ class VLLMWorkerBackend(BackendBase):
 
     def _connect(self, address: str, key: bytes, timeout_s: float) -> Connection:
         deadline = time.monotonic() + timeout_s
-        while not os.path.exists(address):
+        while True:
             if self.process.poll() is not None:
                 tail = _tail(self.log_path)
                 self._finalizer()
@@ -163,27 +168,39 @@ class VLLMWorkerBackend(BackendBase):
                 raise WorkerError(
                     f"the vLLM worker did not load within {timeout_s:.0f} s; its log ends:\n{tail}"
                 )
+            if os.path.exists(address):
+                try:  # the socket file exists from its bind, a moment before it listens
+                    return Client(address, family="AF_UNIX", authkey=key)
+                except ConnectionRefusedError:
+                    pass
+                except BaseException:
+                    self._finalizer()
+                    raise
             time.sleep(0.2)
-        return Client(address, family="AF_UNIX", authkey=key)
 
     def _call(self, method: str, *args: Any) -> Any:
         if not self._finalizer.alive:
-            raise WorkerError("the vLLM worker is closed")
+            raise WorkerError("the vLLM worker is closed (it failed or timed out earlier, or was closed)")
         with self._lock:
             try:
                 self._connection.send((method, args))
                 if not self._connection.poll(self.request_timeout_s):
                     raise WorkerError(
-                        f"the vLLM worker did not answer {method} within {self.request_timeout_s:.0f} s"
+                        f"the vLLM worker did not answer {method} within {self.request_timeout_s:.0f} s: stopped"
                     )
                 status, payload = self._connection.recv()
             except (EOFError, OSError) as err:
                 code = self.process.poll()
-                _kill_group(self.process)  # what is left of its engine
+                tail = _tail(self.log_path)
+                self._finalizer()  # what is left of its engine
                 raise WorkerError(
-                    f"the vLLM worker's channel broke during {method} (exit code {code}); its log ends:\n"
-                    f"{_tail(self.log_path)}"
+                    f"the vLLM worker's channel broke during {method} (exit code {code}); its log ends:\n{tail}"
                 ) from err
+            except BaseException:
+                # a timeout or an interrupt mid-call leaves an answer (or half a request) in the channel,
+                # which the next call would take for its own: the worker is stopped instead
+                self._finalizer()
+                raise
         if status == "ok":
             return payload
         kind, message = payload
@@ -248,10 +265,19 @@ class VLLMWorkerBackend(BackendBase):
         self.close()
 
 
+def _exit_with_parent(parent: int) -> None:
+    """Kill this worker's process group (the worker and vLLM's engine) once the trainer is gone, even
+    while the engine loads or ``accept`` waits: a trainer killed with SIGKILL runs no finaliser."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
 def _serve(request_file: str) -> int:
     """The worker's side: load the engine, then answer calls until ``close`` or end of file."""
     request = json.loads(Path(request_file).read_text())
     key = bytes.fromhex(os.environ.pop(_KEY_ENV))
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     from wmrl.autoresearch.llm.vllm_backend import VLLMBackend
 
     backend = VLLMBackend(request["model"], **request["engine_kwargs"])

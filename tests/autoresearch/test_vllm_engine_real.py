@@ -135,21 +135,48 @@ def test_bad_requests_come_back_as_their_own_errors(worker):
     assert worker.complete(PROMPTS[:1], SamplingConfig(max_new_tokens=2))  # the worker still serves
 
 
-def test_a_worker_that_dies_fails_the_next_call_loudly(worker):
-    """Last in this module: it kills the module's worker."""
-    from wmrl.autoresearch.llm.backend import SamplingConfig
-    from wmrl.autoresearch.llm.vllm_worker import WorkerError
+def test_a_worker_that_cannot_load_says_why(tmp_path):
+    from wmrl.autoresearch.llm.vllm_worker import VLLMWorkerBackend, WorkerError
 
+    with pytest.raises(WorkerError, match="exited with code") as caught:
+        VLLMWorkerBackend(str(tmp_path / "no-model"), python=str(VLLM_PYTHON), startup_timeout_s=300)
+    assert "no-model" in str(caught.value)  # the worker's own log names what it could not load
+
+
+def test_a_worker_that_dies_fails_the_next_call_loudly(folder):
+    from wmrl.autoresearch.llm.backend import SamplingConfig
+    from wmrl.autoresearch.llm.vllm_worker import VLLMWorkerBackend, WorkerError
+
+    # its own worker (eager: no compilation, a faster start), so the module's keeps serving
+    worker = VLLMWorkerBackend(str(folder), python=str(VLLM_PYTHON), dtype="float32", enforce_eager=True)
     assert _live_members(worker.pid)  # the worker and vLLM's engine processes under it
     os.kill(worker.pid, signal.SIGKILL)  # the worker alone: its engine core would outlive it
     worker.process.wait(timeout=30)
     with pytest.raises(WorkerError, match="channel broke"):
         worker.complete(PROMPTS[:1], SamplingConfig(max_new_tokens=2))
     worker.close()  # closing a dead worker is not an error
+    _assert_gone(worker.pid)
+
+
+def test_a_call_that_times_out_stops_the_worker(worker):
+    """Last in this module: it stops the module's worker. An answer left in the channel would be
+    taken by the next call for its own; the worker is stopped instead and later calls say so."""
+    from wmrl.autoresearch.llm.backend import SamplingConfig
+    from wmrl.autoresearch.llm.vllm_worker import WorkerError
+
+    worker.request_timeout_s = 0.01
+    with pytest.raises(WorkerError, match="did not answer"):
+        worker.complete(PROMPTS, SamplingConfig(n=4, max_new_tokens=200))
+    with pytest.raises(WorkerError, match="closed"):
+        worker.complete(PROMPTS[:1], SamplingConfig(max_new_tokens=2))
+    _assert_gone(worker.pid)
+
+
+def _assert_gone(group: int) -> None:
     deadline = time.monotonic() + 30
-    while _live_members(worker.pid) and time.monotonic() < deadline:
+    while _live_members(group) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert not _live_members(worker.pid), "vLLM's engine processes outlived their worker"
+    assert not _live_members(group), "vLLM's engine processes outlived their worker"
 
 
 def _live_members(group: int) -> list[int]:
@@ -163,11 +190,3 @@ def _live_members(group: int) -> list[int]:
         if int(fields[2]) == group and fields[0] != "Z":
             members.append(int(stat.parent.name))
     return members
-
-
-def test_a_worker_that_cannot_load_says_why(tmp_path):
-    from wmrl.autoresearch.llm.vllm_worker import VLLMWorkerBackend, WorkerError
-
-    with pytest.raises(WorkerError, match="exited with code") as caught:
-        VLLMWorkerBackend(str(tmp_path / "no-model"), python=str(VLLM_PYTHON), startup_timeout_s=300)
-    assert "no-model" in str(caught.value)  # the worker's own log names what it could not load

@@ -55,9 +55,7 @@ def _train(folder, server, tmp_path, turns: int, lora: bool):
         Spy,
         grpo_args,
         prompt_dataset,
-        real_formula,
         text_item,
-        wm_formula,
     )
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from vllm_grpo_worker import FeedbackSource, TextEpisode
@@ -80,6 +78,10 @@ def _train(folder, server, tmp_path, turns: int, lora: bool):
         )
     args = grpo_args(tmp_path / f"run-{turns}", max_len=16, learning_rate=2e-4 if not lora else 5e-3)
     source = FeedbackSource if turns > 1 else Counting
+    # rewards that differ between any two different texts (almost surely), so every group has an
+    # advantage and the policy moves at the first step
+    wm_formula = lambda text: (sum(map(ord, text)) % 97) / 97  # noqa: E731
+    real_formula = lambda text: (sum(map(ord, text)) % 89) / 89  # noqa: E731
     trainer = WMRLGRPOTrainer(
         model=model,
         processing_class=tokenizer,
@@ -107,7 +109,11 @@ def _check(trainer, spy, folder):
     from transformers import AutoModelForCausalLM
 
     assert len(spy.outputs) == 2 and len(trainer.vllm_generation.sync_seconds) == 2  # a push per step
+    group = trainer.num_generations
     for out in spy.outputs:
+        rows = [tuple(r) for r in out["completion_ids"].tolist()]
+        for k in range(0, len(rows), group):  # a group's rollouts are samples, not one reply repeated
+            assert len(set(rows[k : k + group])) > 1, rows[k : k + group]
         mask = _model_tokens(out)
         gap = (out["old_per_token_logps"] - out["sampling_per_token_logps"])[mask].abs()
         assert gap.numel() > 0 and gap.max().item() < ATOL, gap.max().item()
@@ -158,6 +164,36 @@ def test_a_lora_adapter_reaches_the_server_in_k_turn_episodes(folder, server, tm
     _check(trainer, spy, folder)
     assert (tmp_path / "weights-2" / "adapter" / "adapter_config.json").exists()
     assert trainer.vllm_generation.generation_model == "wmrl-policy"
+
+
+def test_identical_prompts_get_their_own_samples_and_a_call_is_reproducible(server):
+    """Runs of identical prompts (a group, or a K-turn group's first-turn contexts sent with
+    num_generations=1) each get seeds of their own; the same step and call give the same samples."""
+    from wmrl.core.engines.trl.vllm_http import VLLMHTTPConfig, VLLMHTTPGeneration
+
+    def client():
+        return VLLMHTTPGeneration(
+            VLLMHTTPConfig(server.root, weights_dir="/nonexistent", seed=5),
+            None,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=None,
+            min_p=None,
+            repetition_penalty=None,
+            max_completion_length=12,
+            step=lambda: 0,
+            importance_sampling=True,
+        )
+
+    a, b = [1, 9690, 198, 23635, 30], [1, 9690, 198, 23635, 31]
+    prompts = [a, a, a, b, b, b]
+    first = client().generate(prompts, None, num_generations=1)
+    assert first[0] == prompts and len(first[1]) == 6 and len(first[2]) == 6
+    replies = [tuple(ids) for ids in first[1]]
+    assert len(set(replies[:3])) == 3 and len(set(replies[3:])) == 3
+    again = client().generate(prompts, None, num_generations=3)  # the same seeds whatever the grouping
+    assert [tuple(ids) for ids in again[1]] == replies
+    assert all(len(lp) == len(ids) for lp, ids in zip(first[2], first[1], strict=True))
 
 
 def test_bad_server_settings_are_refused(folder, tmp_path, unused_port):

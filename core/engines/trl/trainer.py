@@ -331,6 +331,22 @@ class WMRLGRPOTrainer(GRPOTrainer):
             raise ValueError(
                 "vllm_http runs with one training process: several would each push their weights to the server"
             )
+        if getattr(self.args, "generation_kwargs", None) or getattr(
+            self.args, "vllm_structured_outputs_regex", None
+        ):
+            raise ValueError(
+                "vllm_http does not pass generation_kwargs or vllm_structured_outputs_regex to the server; unset them"
+            )
+        # TRL checks this only when it builds its own vLLM generation (use_vllm at construction)
+        if (
+            self.loss_type == "vespo"
+            and self.vllm_importance_sampling_correction
+            and self.vllm_importance_sampling_mode not in ("token_truncate", "token_mask")
+        ):
+            raise ValueError(
+                "loss_type='vespo' needs vllm_importance_sampling_mode 'token_truncate' or 'token_mask'; got "
+                f"{self.vllm_importance_sampling_mode!r}"
+            )
         self.vllm_generation = VLLMHTTPGeneration(
             config,
             self.model,

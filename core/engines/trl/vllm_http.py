@@ -14,8 +14,10 @@ the trainer's files:
   reloads them in place. A LoRA policy (peft): its adapter is saved there and
   ``POST /v1/load_lora_adapter`` with ``load_inplace`` swaps it (the server runs with
   ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``); generation names the adapter.
-* **Generation.** ``POST /v1/completions`` with the prompts as token ids, ``n`` completions each,
-  the policy's sampling settings, a seed per call (``seed``, the step, the call), the sampled
+* **Generation.** ``POST /v1/completions``, one request per run of identical prompts (a group)
+  with ``n`` completions, all in flight together, the prompts as token ids, the policy's sampling
+  settings, seeds of its own per request (``seed``, the step, the call, the place in the batch:
+  vLLM gives a request's prompts one seed, and child ``j`` of ``n`` that seed + ``j``), the sampled
   tokens' ids and log-probabilities (``logprobs: 0``, ``return_token_ids``). The log-probabilities
   go to TRL's importance-sampling correction as from TRL's own vLLM modes; the server must then
   run with ``--logprobs-mode processed_logprobs`` (checked at start).
@@ -136,7 +138,8 @@ class VLLMHTTPGeneration:
         }
         self.step = step
         self.lora = _is_peft(model)
-        self.session = retrying_session(retries=2, backoff_s=0.5)
+        # connection errors and busy replies are retried; a read timeout is not (it would only recur)
+        self.session = retrying_session(retries=2, backoff_s=0.5, pool=32, read_retries=0)
         self.weights_dir = Path(config.weights_dir)
         self._calls = 0
         self._call_step = -1
@@ -158,7 +161,7 @@ class VLLMHTTPGeneration:
             reply = self.session.request(method, url, json=body, timeout=self.config.timeout_s)
         except requests.RequestException as err:
             raise RuntimeError(f"the vLLM server at {self.config.root} did not answer {path}: {err}") from err
-        if reply.status_code == 404 and path in ("/collective_rpc", "/server_info"):
+        if reply.status_code == 404 and path.split("?")[0] in ("/collective_rpc", "/server_info"):
             raise ConfigError(
                 f"the vLLM server at {self.config.root} has no {path}: start it with VLLM_SERVER_DEV_MODE=1 "
                 "(the weights reach it through its development endpoints)"
@@ -222,8 +225,22 @@ class VLLMHTTPGeneration:
                 "/collective_rpc",
                 {"method": "reload_weights", "kwargs": {"weights_path": str(target.resolve())}},
             )
-        self._post("/reset_prefix_cache", {})
+        self._reset_prefix_cache()
         self.sync_seconds.append(time.perf_counter() - started)
+
+    def _reset_prefix_cache(self, tries: int = 20) -> None:
+        """Drop the KV blocks computed with the old weights (or adapter). vLLM refuses while a request
+        holds blocks (``{"success": false}``); between steps none should, so a refusal is retried briefly
+        and then raised: stale blocks would give samples and log-probs of the old policy."""
+        for _ in range(tries):
+            answer = self._post("/reset_prefix_cache", {})
+            if not isinstance(answer, dict) or answer.get("success", True):
+                return
+            time.sleep(0.25)
+        raise RuntimeError(
+            f"the vLLM server at {self.config.root} refused to reset its prefix cache {tries} times after a "
+            "weight update (requests still running?)"
+        )
 
     def generate(
         self,
@@ -243,38 +260,55 @@ class VLLMHTTPGeneration:
             raise NotImplementedError("the vLLM HTTP generation takes text prompts only")
         if num_generations < 1 or len(prompts) % num_generations:
             raise ValueError(f"{len(prompts)} prompts are not whole groups of {num_generations}")
-        distinct = prompts[::num_generations]
-        for k, prompt in enumerate(distinct):
-            if any(p != prompt for p in prompts[k * num_generations : (k + 1) * num_generations]):
-                raise ValueError("each prompt must repeat num_generations times in a row")
+        # Runs of identical prompts (a group; at a K-turn episode's first turn, a group's contexts):
+        # one request each, n = the run's length. vLLM gives one request's prompts a single seed and
+        # child j of an n-sample request seed + j, so each request gets seeds of its own (a run of
+        # identical prompts sent with n = 1 under one seed would sample one reply G times).
+        runs: list[tuple[list[int], int]] = []
+        for prompt in prompts:
+            ids = [int(t) for t in prompt]
+            if runs and runs[-1][0] == ids:
+                runs[-1] = (ids, runs[-1][1] + 1)
+            else:
+                runs.append((ids, 1))
         step = int(self.step())
         if step != self._call_step:
             self._call_step, self._calls = step, 0
         self._calls += 1
-        # one seed per call: the run is reproducible for its seed, and a K-turn episode's turns differ
-        seed = (self.config.seed * 1_000_003 + step * 1_009 + self._calls) % (2**31 - 1)
-        body = {
-            "model": self.generation_model,
-            "prompt": [list(map(int, p)) for p in distinct],
-            "n": num_generations,
-            "seed": seed,
-            "logprobs": 0,
-            "return_token_ids": True,
-            **self.sampling,
-        }
-        with profiler or nullcontext():
-            reply = self._post("/v1/completions", body)
-        choices = sorted(reply["choices"], key=lambda c: c["index"])
-        if len(choices) != len(prompts):
-            raise RuntimeError(f"the vLLM server returned {len(choices)} completions for {len(prompts)}")
+        # seeds: the run's seed, the step, this step's call and the rollout's place in the batch, so a
+        # run is reproducible and no two rollouts of a run share a sampling seed
+        base = ((self.config.seed * 1_000_003 + step) * 1_000 + self._calls) * 1_000_000
+        offsets = [sum(n for _, n in runs[:k]) for k in range(len(runs))]
+        bodies = [
+            {
+                "model": self.generation_model,
+                "prompt": ids,
+                "n": n,
+                "seed": (base + offset) % 2**62,
+                "logprobs": 0,
+                "return_token_ids": True,
+                **self.sampling,
+            }
+            for (ids, n), offset in zip(runs, offsets, strict=True)
+        ]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with profiler or nullcontext(), ThreadPoolExecutor(max_workers=min(32, len(bodies))) as pool:
+            # in flight together: the server batches them as one
+            replies = list(pool.map(lambda body: self._post("/v1/completions", body), bodies))
         completion_ids, logprobs = [], []
-        for choice in choices:
-            ids = choice.get("token_ids")
-            lps = (choice.get("logprobs") or {}).get("token_logprobs")
-            if ids is None or lps is None or len(ids) != len(lps):
-                raise RuntimeError(
-                    "the vLLM server returned no token ids or log-probs (it needs return_token_ids and logprobs)"
-                )
-            completion_ids.append([int(t) for t in ids])
-            logprobs.append([[float(lp)] for lp in lps])
+        for (_, n), reply in zip(runs, replies, strict=True):
+            choices = sorted(reply["choices"], key=lambda c: c["index"])
+            if len(choices) != n:
+                raise RuntimeError(f"the vLLM server returned {len(choices)} completions for {n}")
+            for choice in choices:
+                ids = choice.get("token_ids")
+                lps = (choice.get("logprobs") or {}).get("token_logprobs")
+                if ids is None or lps is None or len(ids) != len(lps):
+                    raise RuntimeError(
+                        "the vLLM server returned no token ids or log-probs (it needs return_token_ids and logprobs)"
+                    )
+                completion_ids.append([int(t) for t in ids])
+                # None or NaN where vLLM had no number: NaN, which TRL's correction treats as ratio 1
+                logprobs.append([[float("nan") if lp is None else float(lp)] for lp in lps])
         return [list(p) for p in prompts], completion_ids, logprobs, None
