@@ -4,6 +4,7 @@ the ones ``docs/benchmarks/scale-out.md`` quotes."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,8 +20,6 @@ def test_the_docs_quote_the_recorded_ratios():
     assert f"| {v['step_s_median']:.2f} | {v['generation_s_median']:.2f} |" in docs
     assert f"({grpo['ratio_step']:.2f}x)" in docs and f"{grpo['ratio_generation']:.2f}x" in docs
     for job, by in scoring["wall_s"].items():
-        import statistics
-
         t_median, v_median = statistics.median(by["transformers"]), statistics.median(by["vllm"])
         assert f"| {t_median:.2f} | {v_median:.2f} |" in docs, job
         ratio = f"{scoring['ratio'][job]:.2f}x"
