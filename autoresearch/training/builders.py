@@ -170,7 +170,8 @@ def grpo_args(config: TrainConfig, out_dir: Path, device: str):
 
 
 def _vllm_args(g, on_cpu: bool) -> dict:
-    """TRL's vLLM settings from ``grpo.use_vllm`` (refused on a CPU: vLLM's wheel is CUDA-only)."""
+    """TRL's vLLM settings from ``grpo.use_vllm`` (colocate and server refused on a CPU; ``http`` is
+    WMRL's own client, :func:`vllm_http`, and leaves TRL's vLLM off)."""
     from wmrl.core.config import ConfigError
 
     if g.gradient_checkpointing and on_cpu:

@@ -1,4 +1,5 @@
-"""GRPO generation through TRL's vLLM integration, with a fake of vLLM's interface (CUDA-only wheel).
+"""GRPO generation through TRL's vLLM integration, with a fake of vLLM's interface (TRL's colocate mode
+needs vLLM in this environment; its CPU build pins an older transformers, so it lives in .venv-vllm).
 
 ``vllm_grpo_worker.py`` trains in a subprocess whose ``PYTHONPATH`` starts with ``tests/fakes``:
 TRL's real ``VLLMGeneration`` (colocate) then builds ``vllm.LLM`` from the fake, samples through

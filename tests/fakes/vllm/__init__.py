@@ -1,6 +1,8 @@
 """A fake of the part of vLLM's *offline* interface that TRL 1.16 and WMRL use, for CPU tests.
 
-vLLM's wheel is CUDA-only, so the tests put this folder (and its ``vllm-0.30.0.dist-info``, which
+TRL's colocate mode needs vLLM importable in the training environment, and the vLLM that runs
+here (its CPU build, in ``.venv-vllm``) pins ``transformers<5.20``, older than ours; so the TRL
+colocate tests put this folder (and its ``vllm-0.30.0.dist-info``, which
 makes ``importlib.metadata`` and TRL's ``is_vllm_available`` see a vLLM in TRL's supported range)
 first on ``sys.path`` **in a subprocess** only. It is vLLM's interface, not vLLM: ``LLM`` loads the
 model folder with transformers and samples with it (so outputs are real samples of the policy,
