@@ -120,8 +120,8 @@ class VLLMWorkerBackend(BackendBase):
             )
         if startup_timeout_s <= 0 or request_timeout_s <= 0:
             raise ValueError("startup_timeout_s and request_timeout_s must be > 0")
-        try:
-            engine_json = json.dumps(engine_kwargs)
+        try:  # before any folder exists: nothing to clean up when they are not JSON
+            json.dumps(engine_kwargs)
         except TypeError as err:
             raise ValueError(f"the vLLM engine's arguments must be JSON values: {err}") from err
         self.model_id = model_id or str(model)
@@ -136,7 +136,7 @@ class VLLMWorkerBackend(BackendBase):
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", _DEFAULT_CPU_KV_CACHE_GIB)
         request_file = Path(self._folder) / "request.json"
         request_file.write_text(
-            f'{{"model": {json.dumps(str(model))}, "address": {json.dumps(address)}, "engine_kwargs": {engine_json}}}'
+            json.dumps({"model": str(model), "address": address, "engine_kwargs": engine_kwargs})
         )
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(

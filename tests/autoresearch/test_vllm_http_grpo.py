@@ -169,21 +169,10 @@ def test_a_lora_adapter_reaches_the_server_in_k_turn_episodes(folder, server, tm
 def test_identical_prompts_get_their_own_samples_and_a_call_is_reproducible(server):
     """Runs of identical prompts (a group, or a K-turn group's first-turn contexts sent with
     num_generations=1) each get seeds of their own; the same step and call give the same samples."""
-    from wmrl.core.engines.trl.vllm_http import VLLMHTTPConfig, VLLMHTTPGeneration
+    from wmrl.core.engines.trl.vllm_http import VLLMHTTPConfig
 
     def client():
-        return VLLMHTTPGeneration(
-            VLLMHTTPConfig(server.root, weights_dir="/nonexistent", seed=5),
-            None,
-            temperature=1.0,
-            top_p=1.0,
-            top_k=None,
-            min_p=None,
-            repetition_penalty=None,
-            max_completion_length=12,
-            step=lambda: 0,
-            importance_sampling=True,
-        )
+        return _client(VLLMHTTPConfig(server.root, weights_dir="/nonexistent", seed=5), None, 12)
 
     a, b = [1, 9690, 198, 23635, 30], [1, 9690, 198, 23635, 31]
     prompts = [a, a, a, b, b, b]
@@ -198,37 +187,33 @@ def test_identical_prompts_get_their_own_samples_and_a_call_is_reproducible(serv
 
 def test_bad_server_settings_are_refused(folder, tmp_path, unused_port):
     from wmrl.core.config import ConfigError
-    from wmrl.core.engines.trl.vllm_http import VLLMHTTPConfig, VLLMHTTPGeneration
+    from wmrl.core.engines.trl.vllm_http import VLLMHTTPConfig
 
     with pytest.raises(ConfigError, match="base_url"):
         VLLMHTTPConfig("localhost:8000", weights_dir=str(tmp_path))
     dead = VLLMHTTPConfig(f"http://127.0.0.1:{unused_port()}", weights_dir=str(tmp_path), timeout_s=5)
     with pytest.raises(RuntimeError, match="did not answer"):
-        VLLMHTTPGeneration(
-            dead,
-            None,
-            temperature=1.0,
-            top_p=1.0,
-            top_k=None,
-            min_p=None,
-            repetition_penalty=None,
-            max_completion_length=8,
-            step=lambda: 0,
-            importance_sampling=True,
-        )
+        _client(dead, None)
     from transformers import AutoModelForCausalLM
 
     tied = AutoModelForCausalLM.from_pretrained(folder, dtype="float32")  # embeddings trained and tied
     with pytest.raises(ConfigError, match="tied to its output layer"):
-        VLLMHTTPGeneration(
-            dead,
-            tied,
-            temperature=1.0,
-            top_p=1.0,
-            top_k=None,
-            min_p=None,
-            repetition_penalty=None,
-            max_completion_length=8,
-            step=lambda: 0,
-            importance_sampling=True,
-        )
+        _client(dead, tied)
+
+
+def _client(config, model, max_completion_length=8):
+    """The HTTP generation at temperature 1, step 0, with the importance-sampling check on."""
+    from wmrl.core.engines.trl.vllm_http import VLLMHTTPGeneration
+
+    return VLLMHTTPGeneration(
+        config,
+        model,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=None,
+        min_p=None,
+        repetition_penalty=None,
+        max_completion_length=max_completion_length,
+        step=lambda: 0,
+        importance_sampling=True,
+    )
