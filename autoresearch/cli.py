@@ -2,7 +2,8 @@
 
 ``register`` must import only the standard library and ``wmrl.core``; heavy imports go inside handlers.
 
-* ``wmrl autoresearch tasks list [--split train|eval] [--json]``: the bundled offline suite.
+* ``wmrl autoresearch tasks list [--split train|eval] [--tier standard|heavy|all] [--json]``: the bundled
+  offline suite (``heavy``: the tier whose data is rebuilt on first use; listing it rebuilds nothing).
 * ``wmrl autoresearch tasks show TASK [--json]``: one task (a bundled id or a task folder in any format).
 * ``wmrl autoresearch grade TASK SOLUTION.py [--backend B] [--time-limit S] [--memory-limit MB] [--json]``:
   run a solution in the sandbox and print its grade.
@@ -33,6 +34,12 @@ def _add_verbs(root, hidden: bool) -> None:
     root.group("tasks", help="list and inspect AutoResearch tasks", hidden=hidden)
     listing = root.subcommand("tasks", "list", "list the bundled offline tasks", _tasks_list)
     listing.add_argument("--split", choices=("train", "eval"), help="only tasks of this split")
+    listing.add_argument(
+        "--tier",
+        choices=("standard", "heavy", "all"),
+        default="standard",
+        help="the standard suite, the heavy tier (executions of 20-60 s), or both",
+    )
     listing.add_argument("--json", action="store_true", help="print a JSON list of objects")
     show = root.subcommand(
         "tasks", "show", "show one task: metadata, leaderboard summary, description", _tasks_show
@@ -125,6 +132,7 @@ def _summary(task) -> dict:
     rows = dict(task.metadata.get("rows", {})) if task.source == "bundled" else {}
     return {
         "id": task.id,
+        "tier": "standard",
         "title": task.metadata.get("title") or task.metadata.get("name") or task.id,
         "split": split,
         "source": task.source,
@@ -143,10 +151,42 @@ def _summary(task) -> dict:
     }
 
 
-def _tasks_list(args: argparse.Namespace) -> int:
-    from wmrl.autoresearch.tasks.suite import list_suite, load_bundled
+def _heavy_summary(task_id: str) -> dict:
+    """A heavy task's listing from its packaged files (its data is not rebuilt to list it)."""
+    from wmrl.autoresearch.tasks.suite import HEAVY_DIR
 
-    entries = [_summary(load_bundled(task_id)) for task_id in list_suite()]
+    meta = json.loads((HEAVY_DIR / task_id / "task.json").read_text(encoding="utf-8"))
+    with open(HEAVY_DIR / task_id / "private" / "leaderboard.csv", encoding="utf-8") as fh:
+        board = sum(1 for _ in fh) - 1
+    return {
+        "id": task_id,
+        "tier": "heavy",
+        "title": meta["title"],
+        "split": "train",
+        "source": "bundled",
+        "category": meta["category"],
+        "modality": meta["modality"],
+        "metric": meta["metric"],
+        "lower_is_better": meta["lower_is_better"],
+        "id_columns": meta["id_columns"],
+        "target_columns": meta["target_columns"],
+        "train_rows": meta["rows"]["train"],
+        "test_rows": meta["rows"]["test"],
+        "public_leaderboard_size": board,
+        "private_leaderboard_size": board,
+        "time_limit_s": meta["time_limit_s"],
+        "memory_limit_mb": meta["memory_limit_mb"],
+    }
+
+
+def _tasks_list(args: argparse.Namespace) -> int:
+    from wmrl.autoresearch.tasks.suite import HEAVY_TASKS, list_suite, load_bundled
+
+    entries = []
+    if args.tier in ("standard", "all"):
+        entries += [_summary(load_bundled(task_id)) for task_id in list_suite()]
+    if args.tier in ("heavy", "all"):
+        entries += [_heavy_summary(task_id) for task_id in HEAVY_TASKS]
     if args.split:
         entries = [e for e in entries if e["split"] == args.split]
     if args.json:
@@ -155,7 +195,7 @@ def _tasks_list(args: argparse.Namespace) -> int:
     if not entries:
         print("no bundled tasks found (build them: python -m wmrl.autoresearch.tasks.build_suite)")
         return 0
-    header = f"{'id':<26} {'split':<6} {'category':<11} {'modality':<9} {'metric':<26} {'train':>6} {'test':>6} {'board':>6}"
+    header = f"{'id':<26} {'split':<6} {'category':<11} {'modality':<9} {'metric':<26} {'train':>7} {'test':>7} {'board':>6}"
     print(header)
     print("-" * len(header))
     for e in entries:
@@ -163,7 +203,7 @@ def _tasks_list(args: argparse.Namespace) -> int:
         board = max(e["public_leaderboard_size"], e["private_leaderboard_size"])
         print(
             f"{e['id']:<26} {e['split'] or '-':<6} {e['category']:<11} {e['modality']:<9} {metric:<26} "
-            f"{e['train_rows'] or '-':>6} {e['test_rows'] or '-':>6} {board:>6}"
+            f"{e['train_rows'] or '-':>7} {e['test_rows'] or '-':>7} {board:>6}"
         )
     return 0
 

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,7 @@ from wmrl.autoresearch.tasks.pool import Problem, describe_pool, fit_predict, ma
 from wmrl.autoresearch.tasks.suite import EVAL_TASKS, SUITE_DIR, TRAIN_TASKS
 from wmrl.core.log import progress as progress_line
 
-__all__ = ["SPECS", "SuiteSpec", "build_task", "main"]
+__all__ = ["SPECS", "SuiteSpec", "WrittenData", "build_task", "main", "write_task_data"]
 
 SEED = 20251130
 PUBLIC_SHARE = 0.3  # share of test rows on the public leaderboard (Kaggle's usual 30/70)
@@ -60,6 +61,9 @@ class SuiteSpec:
         provenance: package, dataset, licence, original source.
         time_limit_s / memory_limit_mb: limits of one execution of a solution.
         positive_skew: regression target is non-negative and skewed.
+        column_help: notes on columns for the description.
+        pool_exclude: model families left out of the leaderboard's pool (:func:`make_pool`).
+        pool_dense: the pool's pipelines encode features densely (:func:`fit_predict`).
     """
 
     id: str
@@ -80,6 +84,8 @@ class SuiteSpec:
     memory_limit_mb: int = 3072
     positive_skew: bool = False
     column_help: dict = field(default_factory=dict)
+    pool_exclude: tuple[str, ...] = ()
+    pool_dense: bool = False
 
 
 # --------------------------------------------------------------------------------------------
@@ -718,13 +724,85 @@ access. Available libraries: numpy, pandas, scipy, scikit-learn.
 """
 
 
-def build_task(spec: SuiteSpec, out: Path, pool_size: int = 60, log=progress_line) -> dict:
-    """Build one task folder under ``out`` and return its summary (pool spread, timings)."""
+def _score_one(spec: SuiteSpec, problem: Problem, baseline, train, test, provisional, answers):
+    """Fit one baseline on one thread, score its submission: ``(name, public, private, score, seconds)``."""
+    from threadpoolctl import threadpool_limits
+
+    from wmrl.autoresearch.grading.scoring import score_submission
+
+    t0 = time.perf_counter()
+    with threadpool_limits(1), tempfile.TemporaryDirectory() as scratch:
+        prediction = fit_predict(
+            problem, baseline, train, test.drop(columns=[spec.target]), dense=spec.pool_dense
+        )
+        path = Path(scratch) / "submission.csv"
+        _submission_frame(spec, problem, test["id"].to_numpy(), prediction).to_csv(path, index=False)
+        scored = score_submission(path, provisional, answers)
+    # 10 significant digits: the last bits of a float sum can differ between runs (SIMD code
+    # paths), and a rebuilt leaderboard must be identical.
+    public, private = scored.board_scores["public"], scored.board_scores["private"]
+    return baseline.name, _round(public), _round(private), _round(scored.score), time.perf_counter() - t0
+
+
+def _score_pool(spec, problem, pool, train, test, provisional, answers, jobs: int, log) -> list[tuple]:
+    """Every baseline of ``pool`` fitted and scored, in pool order, ``jobs`` processes at a time
+    (each on one thread, so the scores do not depend on ``jobs``)."""
+    from joblib import Parallel, delayed
+
+    def report(row):
+        log(f"  {spec.id}: {row[0]:<60s} public {row[1]:.5f} private {row[2]:.5f} ({row[4]:.1f}s)")
+        return row
+
+    if jobs == 1:
+        return [report(_score_one(spec, problem, b, train, test, provisional, answers)) for b in pool]
+    tasks = (delayed(_score_one)(spec, problem, b, train, test, provisional, answers) for b in pool)
+    return [report(row) for row in Parallel(n_jobs=jobs, return_as="generator")(tasks)]
+
+
+@dataclass(frozen=True)
+class WrittenData:
+    """What :func:`write_task_data` wrote, for the leaderboard that follows."""
+
+    train: Any
+    test: Any
+    usage: np.ndarray
+    problem: Problem
+    description: str
+    n_source: int
+
+
+def write_task_data(spec: SuiteSpec, folder: Path) -> WrittenData:
+    """Load ``spec``'s dataset, split it (seeded) and write ``public/`` (train, test, sample submission,
+    description), ``private/answers.csv`` and ``description.md`` into ``folder``. Deterministic: the
+    heavy tier rebuilds its data with it and checks the bytes against the build's manifest."""
+    frame = spec.load()
+    n_source = len(frame)
+    train, test, usage = _split(spec, frame)
+    problem = _problem(spec, train)
+    public_dir, private_dir = folder / "public", folder / "private"
+    public_dir.mkdir()
+    private_dir.mkdir()
+    train.to_csv(public_dir / "train.csv", index=False)
+    test.drop(columns=[spec.target]).to_csv(public_dir / "test.csv", index=False)
+    sample = _sample_submission(spec, problem, train, test)
+    sample.to_csv(public_dir / "sample_submission.csv", index=False)
+    _answers(spec, problem, test, usage).to_csv(private_dir / "answers.csv", index=False)
+    description = _description(spec, problem, train, test, sample)
+    (folder / "description.md").write_text(description, encoding="utf-8")
+    (public_dir / "description.md").write_text(description, encoding="utf-8")
+    return WrittenData(train, test, usage, problem, description, n_source)
+
+
+def build_task(spec: SuiteSpec, out: Path, pool_size: int = 60, log=progress_line, jobs: int = 1) -> dict:
+    """Build one task folder under ``out`` and return its summary (pool spread, timings).
+
+    ``jobs`` baselines are fitted at once, each on one thread (the leaderboard does not depend on it).
+    """
 
     started = time.perf_counter()
     staging = Path(tempfile.mkdtemp(prefix=f".{spec.id}-", dir=out))
     try:
-        summary = _build_into(spec, staging, pool_size, log)
+        summary = _build_into(spec, staging, pool_size, log, jobs)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -737,28 +815,15 @@ def build_task(spec: SuiteSpec, out: Path, pool_size: int = 60, log=progress_lin
     return summary
 
 
-def _build_into(spec: SuiteSpec, staging: Path, pool_size: int, log) -> dict:
-    from threadpoolctl import threadpool_limits
-
+def _build_into(spec: SuiteSpec, staging: Path, pool_size: int, log, jobs: int) -> dict:
     from wmrl.autoresearch.grading.scoring import score_submission
     from wmrl.autoresearch.grading.validation import read_answers
     from wmrl.autoresearch.tasks.model import Task
 
-    frame = spec.load()
-    n_source = len(frame)
-    train, test, usage = _split(spec, frame)
-    problem = _problem(spec, train)
+    written = write_task_data(spec, staging)
+    train, test, usage, problem = written.train, written.test, written.usage, written.problem
+    n_source, description = written.n_source, written.description
     public_dir, private_dir = staging / "public", staging / "private"
-    public_dir.mkdir()
-    private_dir.mkdir()
-    train.to_csv(public_dir / "train.csv", index=False)
-    test.drop(columns=[spec.target]).to_csv(public_dir / "test.csv", index=False)
-    sample = _sample_submission(spec, problem, train, test)
-    sample.to_csv(public_dir / "sample_submission.csv", index=False)
-    _answers(spec, problem, test, usage).to_csv(private_dir / "answers.csv", index=False)
-    description = _description(spec, problem, train, test, sample)
-    (staging / "description.md").write_text(description, encoding="utf-8")
-    (public_dir / "description.md").write_text(description, encoding="utf-8")
 
     from wmrl.autoresearch.grading.metrics import get_metric
 
@@ -781,30 +846,15 @@ def _build_into(spec: SuiteSpec, staging: Path, pool_size: int, log) -> dict:
         source="bundled",
     )
     answers = read_answers(provisional)
-    test_inputs = test.drop(columns=[spec.target])
-    pool = make_pool(problem, spec.id, size=pool_size)
-    rows = []
-    with threadpool_limits(1), tempfile.TemporaryDirectory() as scratch:
-        for baseline in pool:
-            t0 = time.perf_counter()
-            prediction = fit_predict(problem, baseline, train, test_inputs)
-            path = Path(scratch) / "submission.csv"
-            _submission_frame(spec, problem, test["id"].to_numpy(), prediction).to_csv(path, index=False)
-            scored = score_submission(path, provisional, answers)
-            # 10 significant digits: the last bits of a float sum can differ between runs (SIMD
-            # code paths), and a rebuilt leaderboard must be identical.
-            public, private = scored.board_scores["public"], scored.board_scores["private"]
-            rows.append((baseline.name, _round(public), _round(private), _round(scored.score)))
-            log(
-                f"  {spec.id}: {baseline.name:<60s} public {rows[-1][1]:.5f} private {rows[-1][2]:.5f} ({time.perf_counter() - t0:.1f}s)"
-            )
+    pool = make_pool(problem, spec.id, size=pool_size, exclude=spec.pool_exclude)
+    rows = _score_pool(spec, problem, pool, train, test, provisional, answers, jobs, log)
     names = [r[0] for r in rows]
     if len(set(names)) != len(names):
         raise RuntimeError(f"{spec.id}: duplicate pipeline names in the pool")
     rows.sort(key=lambda r: r[2], reverse=not metric.lower_is_better)
     with open(private_dir / "leaderboard.csv", "w", encoding="utf-8") as fh:
         fh.write("pipeline,public_score,private_score\n")
-        for name, pub, priv, _ in rows:
+        for name, pub, priv, *_ in rows:
             fh.write(f"{name},{pub!r},{priv!r}\n")
     private_scores = np.array([r[2] for r in rows])
     summary = {
@@ -843,35 +893,63 @@ def _build_into(spec: SuiteSpec, staging: Path, pool_size: int, log) -> dict:
         "pool": summary,
     }
     (staging / "task.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    return summary
+    # seconds per baseline fit (one thread): reported by the build, kept out of task.json so that a
+    # rebuild stays byte-identical
+    return {**summary, "fit_seconds": sorted(round(r[4], 2) for r in rows)}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m wmrl.autoresearch.tasks.build_suite", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--out", type=Path, default=SUITE_DIR, help="suite folder (default: the package's)")
+    parser.add_argument(
+        "--tier",
+        choices=("standard", "heavy"),
+        default="standard",
+        help="standard: the packaged suite; heavy: whole datasets (only leaderboards and manifests are packaged)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="suite folder (default: the package's folder of the tier)"
+    )
     parser.add_argument("--only", nargs="+", metavar="ID", help="rebuild only these tasks")
     parser.add_argument("--pool-size", type=int, default=60, help="baseline pipelines per task (>= 50)")
+    parser.add_argument("--jobs", type=int, default=1, help="baselines fitted at once, one thread each")
     parser.add_argument("--quiet", action="store_true", help="print one line per task only")
     args = parser.parse_args(argv)
     if args.pool_size < 50:
         parser.error("--pool-size must be at least 50 (the issue's minimum)")
-    specs = {s.id: s for s in SPECS}
-    assert set(specs) == set(TRAIN_TASKS) | set(EVAL_TASKS), (
-        "the suite split must cover exactly the built tasks"
-    )
+    if args.jobs < 1:
+        parser.error("--jobs must be at least 1")
+    if args.tier == "heavy":
+        from wmrl.autoresearch.tasks.heavy import HEAVY_SPECS, write_manifest
+        from wmrl.autoresearch.tasks.suite import HEAVY_DIR
+
+        specs = {s.id: s for s in HEAVY_SPECS}
+        out = args.out or HEAVY_DIR
+    else:
+        specs = {s.id: s for s in SPECS}
+        assert set(specs) == set(TRAIN_TASKS) | set(EVAL_TASKS), (
+            "the suite split must cover exactly the built tasks"
+        )
+        out = args.out or SUITE_DIR
     chosen = args.only or list(specs)
     unknown = sorted(set(chosen) - set(specs))
     if unknown:
         parser.error(f"unknown task ids {unknown}; known: {sorted(specs)}")
-    args.out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     log = (lambda *_: None) if args.quiet else print
     for task_id in chosen:
-        summary = build_task(specs[task_id], args.out, args.pool_size, log=log)
+        if args.tier == "heavy":  # built whole in a scratch folder; the small files are packaged
+            with tempfile.TemporaryDirectory() as scratch:
+                summary = build_task(specs[task_id], Path(scratch), args.pool_size, log=log, jobs=args.jobs)
+                write_manifest(Path(scratch) / task_id, out / task_id)
+        else:
+            summary = build_task(specs[task_id], out, args.pool_size, log=log, jobs=args.jobs)
+        fits = summary["fit_seconds"]
         print(
             f"{task_id}: {summary['pool_size']} pipelines, private best {summary['best_private']:.4f} "
-            f"median {summary['median_private']:.4f} worst {summary['worst_private']:.4f} ({summary['seconds']}s)",
+            f"median {summary['median_private']:.4f} worst {summary['worst_private']:.4f} ({summary['seconds']}s; "
+            f"one fit: median {np.median(fits):.1f}s, max {max(fits):.1f}s on one thread)",
             flush=True,
         )
     return 0

@@ -10,6 +10,7 @@ from wmrl.autoresearch.tasks.mlebench import is_mlebench_dir, load_mlebench
 from wmrl.autoresearch.tasks.mledojo import is_mledojo_dir, load_mledojo
 from wmrl.autoresearch.tasks.model import Task, TaskError
 from wmrl.autoresearch.tasks.suite import (
+    HEAVY_TASKS,
     SUITE_DIR,
     is_bundled_dir,
     list_suite,
@@ -73,10 +74,10 @@ def load_task(
         path = Path(text).expanduser()
         looks_like_id = "/" not in text and os.sep not in text and not path.exists()
         if looks_like_id:
-            if text in list_suite(SUITE_DIR):
+            if text in list_suite(SUITE_DIR) or text in HEAVY_TASKS:
                 loaded = load_bundled(text)
             else:
-                known = ", ".join(list_suite(SUITE_DIR)) or "none"
+                known = ", ".join([*list_suite(SUITE_DIR), *HEAVY_TASKS]) or "none"
                 raise TaskError(
                     f"{text!r} is neither a bundled task id nor an existing folder; bundled tasks: {known}"
                 )

@@ -105,14 +105,19 @@ _GRID: dict[str, list[dict[str, Any]]] = {
 }
 
 
-def make_pool(problem: Problem, task_id: str, size: int = 60) -> list[Baseline]:
+def make_pool(problem: Problem, task_id: str, size: int = 60, exclude: Sequence[str] = ()) -> list[Baseline]:
     """``size`` distinct baselines for ``problem`` (deterministic in ``task_id``).
 
     The first part is a fixed core: every model family with each grid point on all features and
     all rows. The rest are random variations (feature subsets, training fractions, label noise,
-    log targets, text representations) drawn with a seed derived from ``task_id``.
+    log targets, text representations) drawn with a seed derived from ``task_id``. ``exclude``
+    names model families left out (the heavy tier leaves out k-NN, whose prediction on ~100,000
+    test rows takes minutes a pipeline).
     """
-    families = REGRESSORS if problem.is_regression else CLASSIFIERS
+    unknown = sorted(set(exclude) - set(CLASSIFIERS) - set(REGRESSORS))
+    if unknown:
+        raise ValueError(f"unknown model families to exclude: {unknown}")
+    families = tuple(f for f in (REGRESSORS if problem.is_regression else CLASSIFIERS) if f not in exclude)
     core: list[Baseline] = []
     for family in families:
         grid = _GRID.get(family, [{}])
@@ -260,8 +265,11 @@ def _estimator(problem: Problem, baseline: Baseline, n_train: int):
 _DENSE_ONLY = ("gnb", "hgb")
 
 
-def fit_predict(problem: Problem, baseline: Baseline, train, test) -> np.ndarray:
+def fit_predict(problem: Problem, baseline: Baseline, train, test, dense: bool = False) -> np.ndarray:
     """Train ``baseline`` on ``train`` (a DataFrame with the target) and predict ``test``.
+
+    ``dense`` encodes the features densely for every family (the heavy tier: a forest on ~230,000
+    one-hot rows fits ~10x faster dense than sparse).
 
     Returns:
         ``(n_test,)`` probabilities / labels / values, or ``(n_test, n_classes)`` probabilities for
@@ -290,7 +298,7 @@ def fit_predict(problem: Problem, baseline: Baseline, train, test) -> np.ndarray
         y = y.astype(object)
         y[0] = next(c for c in problem.classes if c != y[0]) if problem.classes else y[0]
 
-    dense = baseline.model in _DENSE_ONLY
+    dense = dense or baseline.model in _DENSE_ONLY
     _, _, text_columns = _columns(problem, baseline)
     vectorised_text = bool(text_columns) and baseline.text != "length"
     steps = [_preprocessor(problem, baseline, sparse_ok=not dense or vectorised_text)]

@@ -27,6 +27,8 @@ from wmrl.autoresearch.tasks.model import Task, TaskError
 
 __all__ = [
     "EVAL_TASKS",
+    "HEAVY_DIR",
+    "HEAVY_TASKS",
     "SUITE_DIR",
     "TRAIN_TASKS",
     "is_bundled_dir",
@@ -63,6 +65,12 @@ EVAL_TASKS: tuple[str, ...] = (
     "taxi-tip",
     "tate-artwork-year",
 )
+
+#: The heavy tier (:mod:`wmrl.autoresearch.tasks.heavy`): whole datasets whose competitive solutions
+#: take 20-60 s on 2 CPU cores. Training tasks; their data is rebuilt on first use.
+HEAVY_TASKS: tuple[str, ...] = ("flight-delay-full", "flight-delay-minutes")
+#: The heavy tier's packaged part (task.json, description, leaderboard, data manifest).
+HEAVY_DIR = Path(__file__).resolve().parent.parent / "suite_heavy"
 
 _REQUIRED_KEYS = {
     "id",
@@ -141,11 +149,15 @@ def list_suite(root: str | os.PathLike | None = None) -> list[str]:
 
 
 def load_bundled(task_id: str, root: str | os.PathLike | None = None) -> Task:
-    """Load bundled task ``task_id``.
+    """Load bundled task ``task_id`` (a heavy-tier id materialises its data first, unless ``root`` is given).
 
     Raises:
         TaskError: no such task (the message lists the known ids).
     """
+    if root is None and task_id in HEAVY_TASKS:
+        from wmrl.autoresearch.tasks.heavy import materialise
+
+        return _load_cached(task_id, str(materialise(task_id).parent.resolve()))
     base = Path(root) if root is not None else SUITE_DIR
     if not is_bundled_dir(base / task_id):
         known = ", ".join(list_suite(base)) or "none (run python -m wmrl.autoresearch.tasks.build_suite)"
@@ -154,8 +166,8 @@ def load_bundled(task_id: str, root: str | os.PathLike | None = None) -> Task:
 
 
 def suite_split(task_id: str) -> str:
-    """``"train"`` or ``"eval"`` for a bundled task id."""
-    if task_id in TRAIN_TASKS:
+    """``"train"`` or ``"eval"`` for a bundled task id (the heavy tier's tasks are training tasks)."""
+    if task_id in TRAIN_TASKS or task_id in HEAVY_TASKS:
         return "train"
     if task_id in EVAL_TASKS:
         return "eval"

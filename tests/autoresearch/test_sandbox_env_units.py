@@ -71,11 +71,13 @@ def test_prune_removes_tests_dataset_folders_and_data_files(tmp_path):
 
 
 def test_every_bundled_source_package_is_absent_or_pruned():
-    """The suite's dataset sources: scikit-learn and statsmodels are pruned, the rest forbidden."""
+    """The suite's dataset sources (the heavy tier's too): scikit-learn and statsmodels are pruned,
+    the rest forbidden."""
     from wmrl.autoresearch.tasks.build_suite import SPECS
+    from wmrl.autoresearch.tasks.heavy import HEAVY_SPECS
 
     pruned_sources = {"scikit-learn", "statsmodels"}
-    for spec in SPECS:
+    for spec in (*SPECS, *HEAVY_SPECS):
         package = spec.provenance["package"].split()[0]
         assert package in pruned_sources or package in se.FORBIDDEN_DISTRIBUTIONS, spec.id
     assert any(p.startswith("sklearn/datasets/data") for p in se.PRUNED_PATHS)
