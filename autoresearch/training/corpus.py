@@ -132,10 +132,16 @@ class TaskSchema:
                 f"{task.id}: no script template for metric {task.metric} on a {task.category} task"
             )
         features = [c for c in test.columns if c not in task.id_columns]
+        # Free text: words (two spaces a value on average) AND many distinct values. A category whose
+        # few labels have spaces (a plane's type, "Fixed wing multi engine") is one-hot encoded: as
+        # text it would be the only input of the model action's pipeline.
+        min_distinct = max(20, 0.05 * len(train))
         text = tuple(
             c
             for c in features
-            if train[c].dtype == object and train[c].dropna().astype(str).str.count(" ").mean() >= 2
+            if train[c].dtype == object
+            and train[c].dropna().astype(str).str.count(" ").mean() >= 2
+            and train[c].nunique() >= min_distinct
         )
         return cls(
             task_id=task.id,

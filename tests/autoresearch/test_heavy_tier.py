@@ -67,6 +67,11 @@ def test_a_heavy_task_materialises_loads_and_grades(tmp_path, monkeypatch):
         task, task.public_dir / "sample_submission.csv"
     )
     assert graded.status == "valid" and graded.position is not None and graded.position < 0.3
+    # the plane's type ("Fixed wing multi engine": words, 3 distinct values) is a category, not text:
+    # as text it was the only input of the model action's pipeline
+    from wmrl.autoresearch.training.corpus import TaskSchema
+
+    assert TaskSchema.from_task(task).text == ()
     # the leaderboard was built on this data: a pool pipeline refitted scores exactly its row
     spec = next(s for s in HEAVY_SPECS if s.id == "flight-delay-full")
     with open(HEAVY_DIR / "flight-delay-full" / "private" / "leaderboard.csv", newline="") as fh:

@@ -1,0 +1,32 @@
+"""The heavy tier's recorded measurements (``benchmarks/results/heavy-tier-2026-12-06/``) are the ones
+the docs quote, and say what the docs say of them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results" / "heavy-tier-2026-12-06"
+
+
+def test_the_task_docs_quote_the_recorded_costs():
+    docs = (ROOT / "docs" / "autoresearch-tasks.md").read_text()
+    costs = json.loads((RESULTS / "costs.json").read_text())
+    assert costs["backend"] == "bwrap"
+    for task_id, recorded in costs["tasks"].items():
+        every = recorded["summary"]["all"]
+        assert f"| `{task_id}` | {every['n']} | " in docs, task_id
+        assert f"{every['min']:.1f} / {every['median']:.1f} / {every['max']:.1f}" in docs, task_id
+        for row in recorded["executions"] if task_id.startswith("flight-delay-") else ():
+            assert f"{row['wall_s']:.1f} ({row['position']:.2f})" in docs, (task_id, row["recipe"])
+    heavy = [
+        r for t in ("flight-delay-full", "flight-delay-minutes") for r in costs["tasks"][t]["executions"]
+    ]
+    standard = [
+        r for t in ("penguin-body-mass", "flight-arrival-delay") for r in costs["tasks"][t]["executions"]
+    ]
+    # what the docs say: the standard tasks' executions take seconds, the heavy tier's good ones 20-60 s
+    assert max(r["wall_s"] for r in standard) < 6
+    good = [r for r in heavy if r["position"] >= 0.85 and r["wall_s"] < 100]
+    assert good and all(20 <= r["wall_s"] <= 60 for r in good)
