@@ -153,11 +153,10 @@ def _summary(task) -> dict:
 
 def _heavy_summary(task_id: str) -> dict:
     """A heavy task's listing from its packaged files (its data is not rebuilt to list it)."""
-    from wmrl.autoresearch.tasks.suite import HEAVY_DIR
+    from wmrl.autoresearch.tasks.suite import HEAVY_DIR, _read_leaderboard
 
     meta = json.loads((HEAVY_DIR / task_id / "task.json").read_text(encoding="utf-8"))
-    with open(HEAVY_DIR / task_id / "private" / "leaderboard.csv", encoding="utf-8") as fh:
-        board = sum(1 for _ in fh) - 1
+    public, private = _read_leaderboard(HEAVY_DIR / task_id / "private" / "leaderboard.csv")
     return {
         "id": task_id,
         "tier": "heavy",
@@ -172,8 +171,8 @@ def _heavy_summary(task_id: str) -> dict:
         "target_columns": meta["target_columns"],
         "train_rows": meta["rows"]["train"],
         "test_rows": meta["rows"]["test"],
-        "public_leaderboard_size": board,
-        "private_leaderboard_size": board,
+        "public_leaderboard_size": len(public),
+        "private_leaderboard_size": len(private),
         "time_limit_s": meta["time_limit_s"],
         "memory_limit_mb": meta["memory_limit_mb"],
     }

@@ -753,8 +753,7 @@ def _score_pool(spec, problem, pool, train, test, provisional, answers, jobs: in
         log(f"  {spec.id}: {row[0]:<60s} public {row[1]:.5f} private {row[2]:.5f} ({row[4]:.1f}s)")
         return row
 
-    if jobs == 1:
-        return [report(_score_one(spec, problem, b, train, test, provisional, answers)) for b in pool]
+    # n_jobs=1 runs in this process, one baseline after the other
     tasks = (delayed(_score_one)(spec, problem, b, train, test, provisional, answers) for b in pool)
     return [report(row) for row in Parallel(n_jobs=jobs, return_as="generator")(tasks)]
 
