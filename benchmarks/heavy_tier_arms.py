@@ -13,7 +13,8 @@ the same seeds, interleaved seed by seed so that load falls on every arm alike:
 
 Per run: the measured wall time of training and of each step (``step_time``, with the wall-clock time
 each step ended, so the executed position can be read against wall time), the seconds the trainer
-waited on executions (the ledger's ``anchor_wait``), the executions, the executed position per step
+waited on asynchronous executions (the ledger's ``anchor_wait``; None for a synchronous run, whose
+executions' seconds, ``anchor_s``, are on its steps' path), the executions, the executed position per step
 (training's own log, over what each arm executed), and an in-sample evaluation of the final policy
 (``wmrl eval autoresearch --in-sample``: fresh rollouts executed, the same for every arm). Finished
 runs are kept in ``--out``: the same command continues an interrupted benchmark.
@@ -95,7 +96,9 @@ def train_and_eval(
         "step_s": [r.get("step_time") for r in rows],
         # seconds from the first step's start to each step's end: position against wall time
         "step_end_s": [r["time"] - start for r in rows] if start is not None else [],
-        "anchor_wait_s": spent.get("anchor_wait", {}).get("wall_s", 0.0),
+        # the ledger books a wait only for asynchronous anchors; a synchronous step's executions are on
+        # its path (anchor_s), so without the stream the wait is not measured: None, not 0
+        "anchor_wait_s": spent["anchor_wait"]["wall_s"] if "anchor_wait" in spent else None,
         "anchor_s": spent.get("anchor", {}).get("wall_s", 0.0),
         "executions": float(spent.get("anchor", {}).get("items", 0)),
         "executed_position": [r.get("executed/position") for r in rows],

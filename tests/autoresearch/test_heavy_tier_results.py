@@ -45,7 +45,11 @@ def test_the_method_docs_quote_the_recorded_arms():
         assert run["task"] == "flight-delay-full" and run["steps"] == 3, arm
         mean = statistics.fmean(run["step_s"])
         assert f"| `{arm}` | {run['train_wall_s']:.0f} | {mean:.0f} (" in docs, arm
-        assert f"| {mean / world_model_step:.2f}x |" in docs, arm
+        assert (
+            f"| {mean / world_model_step:.2f}x | {run['anchor_s']:.0f} | {run['executions']:.0f} |" in docs
+        ), arm
+        # the ledger books a wait only for asynchronous anchors: unmeasured is None, never 0
+        assert (run["anchor_wait_s"] is None) == (arm != "wmrl_async"), arm
     # what the docs say: on this 2-core machine the asynchronous run was not shorter than the synchronous one
     assert runs["wmrl_async"]["train_wall_s"] > runs["wmrl"]["train_wall_s"]
     assert statistics.fmean(runs["wmrl_async"]["step_s"]) > 1.25 * world_model_step
