@@ -15,7 +15,7 @@ from cpu_grpo import cpu_grpo_config
 pytestmark = [pytest.mark.trl]
 
 
-def _trainer(tmp_path, out, steps=3):
+def _trainer(tmp_path, out, steps=3, lag=0, turns=1, save_steps=1):
     from datasets import Dataset
 
     from wmrl.autoresearch.llm.tiny import build_tiny_model
@@ -34,10 +34,25 @@ def _trainer(tmp_path, out, steps=3):
             "task_id": "ab"[k % 2],
             "task_ref": "ab"[k % 2],
         }
-        for k in range(6)
+        for k in range(2 * steps)
     ]
     model, tokenizer = build_tiny_model(seed=0)
-    config = CorrectorConfig(debias=DebiasConfig(min_pairs=2), fusion=FusionConfig(min_groups=1))
+    from wmrl.core.late import AsynchronyConfig
+
+    config = CorrectorConfig(
+        debias=DebiasConfig(min_pairs=2),
+        fusion=FusionConfig(min_groups=1),
+        asynchrony=AsynchronyConfig(max_anchor_lag=lag),
+    )
+    world_model = as_source(lambda items: [(len(t) % 7) / 7 for t in items], "world_model", "wm")
+    anchor = as_source(lambda items: [((3 * len(t)) % 5) / 4 for t in items], "anchor", "real")
+    multi_turn = {}
+    if turns > 1:
+        from vllm_grpo_worker import FeedbackSource, TextEpisode
+
+        world_model = FeedbackSource(lambda t: (len(t) % 7) / 7, "world_model", "wm")
+        anchor = FeedbackSource(lambda t: ((3 * len(t)) % 5) / 4, "anchor", "real")
+        multi_turn = {"episodes": TextEpisode, "turns": turns}
     return WMRLGRPOTrainer(
         model=model,
         processing_class=tokenizer,
@@ -48,17 +63,18 @@ def _trainer(tmp_path, out, steps=3):
             max_completion_length=10,
             max_steps=steps,
             save_strategy="steps",
-            save_steps=1,
+            save_steps=save_steps,
             seed=0,
             learning_rate=1e-2,
         ),
         train_dataset=Dataset.from_list(rows),
         corrector=Corrector(CorrectorConfig.preset("wmrl", base=config)),
         mode="wmrl",
-        world_model=as_source(lambda items: [(len(t) % 7) / 7 for t in items], "world_model", "wm"),
-        anchor=as_source(lambda items: [((3 * len(t)) % 5) / 4 for t in items], "anchor", "real"),
+        world_model=world_model,
+        anchor=anchor,
         item_fn=lambda text, row: text,
         solution_key=lambda text: text,  # the execution memory keeps outcomes by the completion's text
+        **multi_turn,
     )
 
 
@@ -94,6 +110,27 @@ def test_resume_restores_the_corrector_exactly(tmp_path):
     assert _state(resumed.corrector) == _state(full.corrector)
     # the ledger came back too: the resumed run's rollouts count continues from the checkpoint's
     assert resumed.ledger.graded_rollouts == full.ledger.graded_rollouts == 12
+
+
+@pytest.mark.parametrize("turns", [1, 2], ids=["single-turn", "k-turn"])
+def test_an_asynchronous_run_resumed_from_its_checkpoint_continues_exactly(tmp_path, turns):
+    """Asynchronous anchors (lag 1), a checkpoint every 2 steps: the steps between checkpoints hold
+    executions in flight, the checkpointing ones drain them. Resumed from checkpoint 2 (what a
+    ``kill -9`` at step 3, its executions in flight, leaves), the run ends in the state of the run that
+    was never stopped."""
+    full = _trainer(tmp_path, tmp_path / "full", steps=4, lag=1, turns=turns, save_steps=2)
+    in_flight = []
+    submit = full.pipeline.in_flight.submit
+    full.pipeline.in_flight.submit = lambda work: in_flight.append(full.state.global_step) or submit(work)
+    full.train()
+    assert in_flight == [0, 2], "steps 1 and 3 hold executions in flight; steps 2 and 4 drain"
+    assert not full.pipeline.in_flight.pending
+    resumed = _trainer(tmp_path, tmp_path / "resumed", steps=4, lag=1, turns=turns, save_steps=2)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
+    assert resumed.corrector.step_count == 4
+    assert _state(resumed.corrector) == _state(full.corrector)
+    assert full.corrector.debiaser.n_pairs > 0
+    assert resumed.ledger.graded_rollouts == full.ledger.graded_rollouts == 16
 
 
 def test_restoring_refuses_a_different_corrector_or_a_foreign_checkpoint(tmp_path):

@@ -111,7 +111,7 @@ def make_trainer(tmp_path, mode, preset_changes=None, preset=None, **kwargs):
     base = CorrectorConfig(debias=DebiasConfig(min_pairs=2), fusion=FusionConfig(min_groups=1))
     corrector = Corrector(CorrectorConfig.preset(preset or mode, base=base, **(preset_changes or {})))
     model, tokenizer = build_tiny_model()
-    wm = Counting(wm_formula, "world_model", "wm")
+    wm = kwargs.pop("world_model", None) or Counting(wm_formula, "world_model", "wm")
     anchor = kwargs.pop("anchor", None) or Counting(real_formula, "anchor", "real")
     trainer = WMRLGRPOTrainer(
         model=model,

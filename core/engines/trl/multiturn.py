@@ -21,6 +21,17 @@ which pairs with the real reward for calibration.
 
 The domain supplies only :data:`EpisodeFactory`: what a reply and an outcome mean for its agent.
 Everything the rollout needs from the trainer comes in one :class:`TurnContext`.
+
+**Asynchronous anchors** (``corrector.asynchrony.max_anchor_lag > 0``, :mod:`wmrl.core.late`): a
+trajectory executed turn by turn would make the step wait for every turn's execution, so the rollout
+runs *in the world model's shadow* (``TurnContext.shadow``): every row's observations are the world
+model's, nothing is executed during it, and the rollout keeps each turn's items and the episodes.
+The trainer then plans (per-rollout anchors read the whole trajectories' world-model scores) and
+submits the chosen trajectories' turns for real execution off the critical path
+(:func:`execute_trajectories`); their real trajectory reward is the episode's aggregate of the real
+turn rewards (``TurnEpisode.aggregate``), the rule the world model's trajectory score follows. So an
+executed trajectory saw exactly the observations every other trajectory of the step saw, and its
+(world model, real) pair grades one and the same trajectory.
 """
 
 from __future__ import annotations
@@ -35,7 +46,15 @@ import numpy as np
 
 from wmrl.core.pipeline import RewardPipeline
 
-__all__ = ["EpisodeFactory", "TurnContext", "TurnEpisode", "feedback_suffix", "multi_turn_rollout"]
+__all__ = [
+    "EpisodeFactory",
+    "TrajectoryScores",
+    "TurnContext",
+    "TurnEpisode",
+    "execute_trajectories",
+    "feedback_suffix",
+    "multi_turn_rollout",
+]
 
 _SENTINEL = "\u2063WMRL-REPLY\u2063"
 
@@ -105,6 +124,13 @@ class TurnContext:
     #: ``anchor`` unset: ``(first-turn world-model scores, (n,)) -> anchor rows``, the trajectories to
     #: execute (per-rollout anchors read the world model's scores before choosing)
     choose: Callable[[np.ndarray], np.ndarray] | None = None
+    #: asynchronous anchors: every row is graded by the world model alone and nothing is executed during
+    #: the rollout (``anchor`` and ``choose`` are ignored); the rollout fills ``turn_items`` and ``kept``
+    shadow: bool = False
+    #: per turn, the ``(n,)`` items the rows' replies became (filled by the rollout in ``shadow`` mode)
+    turn_items: list[list[Any]] = field(default_factory=list)
+    #: the rows' episodes after the rollout (``shadow`` mode), for the real trajectory rewards
+    kept: list[TurnEpisode] = field(default_factory=list)
 
 
 def feedback_suffix(
@@ -180,7 +206,11 @@ def multi_turn_rollout(ctx: TurnContext, prompts: list) -> dict[str, Any]:
         for i, text in enumerate(texts):
             episodes[i].add_reply(text)
             items.append(ctx.item_fn(text, ctx.rows[i]))
-        if ctx.anchor is None:
+        if ctx.shadow:
+            ctx.anchor = np.zeros(n, dtype=bool)
+            ctx.turn_items.append(items)
+            scores = ctx.pipeline.score(items, anchor=False, need_feedback=True)
+        elif ctx.anchor is None:
             # Per-rollout anchors: the world model grades the first turn, the plan chooses from its
             # scores which trajectories are executed (at this turn and every later one).
             if ctx.choose is None:
@@ -221,6 +251,8 @@ def multi_turn_rollout(ctx: TurnContext, prompts: list) -> dict[str, Any]:
                 if logprobs is not None:
                     logprobs[i] += [0.0] * len(suffix_ids)
 
+    if ctx.shadow:
+        ctx.kept = episodes
     uses_wm = ctx.pipeline.world_model is not None
     wm_value: list[float | None] = []
     real_value: list[float | None] = []
@@ -242,3 +274,60 @@ def multi_turn_rollout(ctx: TurnContext, prompts: list) -> dict[str, Any]:
         "wmrl_real": [None if v is None or math.isnan(v) else float(v) for v in real_value],
         "wmrl_status": last_status,
     }
+
+
+@dataclass
+class TrajectoryScores:
+    """The real execution of a step's chosen trajectories (:func:`execute_trajectories`).
+
+    ``real``: ``(n,)`` each row's real trajectory reward (NaN: not executed, or unknown);
+    ``real_repeat``: ``(n,)`` NaN (K-turn episodes repeat no execution); ``statuses`` and
+    ``real_grades``: every executed turn's outcome label and grade, turn by turn; ``seconds``: the
+    anchor stream's seconds per name.
+    """
+
+    real: np.ndarray
+    real_repeat: np.ndarray
+    statuses: list[str]
+    real_grades: list[Any]
+    seconds: dict[str, float]
+
+
+def execute_trajectories(
+    pipeline: RewardPipeline,
+    turn_items: Sequence[Sequence[Any]],
+    episodes: Sequence[TurnEpisode],
+    rows: np.ndarray,
+) -> TrajectoryScores:
+    """Execute the ``rows`` (``(n,)`` bool) trajectories of a shadow rollout for real, turn by turn.
+
+    Every turn of a chosen trajectory is executed (as in a synchronous K-turn step, the execution
+    memory skips none: a trajectory reward needs each turn's outcome); its real reward is
+    ``episodes[i].aggregate(real turn rewards)``. Called off the critical path, by the worker thread of
+    :class:`~wmrl.core.late.AnchorsInFlight`.
+    """
+    rows = np.asarray(rows, dtype=bool)
+    n = rows.shape[0]
+    if len(episodes) != n or any(len(items) != n for items in turn_items):
+        raise ValueError(
+            f"execute_trajectories needs one episode and one item per turn for each of the {n} rows"
+        )
+    real_turns: list[list[float | None]] = [[] for _ in range(n)]
+    statuses: list[str] = []
+    grades: list[Any] = []
+    seconds: dict[str, float] = {}
+    for items in turn_items:
+        scores = pipeline.score(items, rows, world_model=False, need_feedback=True)
+        for name, value in scores.seconds.items():
+            seconds[name] = seconds.get(name, 0.0) + value
+        statuses.extend(scores.statuses)
+        for i in np.flatnonzero(rows):
+            grade = scores.real_grades[i]
+            real_turns[i].append(grade.value if grade is not None else None)
+            if grade is not None:
+                grades.append(grade)
+    real = np.full(n, np.nan)
+    for i in np.flatnonzero(rows):
+        value = episodes[i].aggregate(real_turns[i])
+        real[i] = np.nan if value is None else float(value)
+    return TrajectoryScores(real, np.full(n, np.nan), statuses, grades, seconds)

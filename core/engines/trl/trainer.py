@@ -10,7 +10,9 @@ Per generation batch (one corrector step), on every rank:
 1. **plan** (before generation, from keys only): group keys are ``<prompt id>@<global step>``,
    gathered from every rank so the plan is identical everywhere; ``pipeline.plan`` picks anchors;
 2. **generate**: TRL's own generation (K = 1), or the K-turn rollout (:mod:`.multiturn`), in which
-   anchor groups see real feedback each turn and world-model groups the world model's;
+   anchor groups see real feedback each turn and world-model groups the world model's (with
+   asynchronous anchors every trajectory sees the world model's, and the executed ones are run for
+   real afterwards, off the critical path: :mod:`.multiturn`);
 3. **score** (``_calculate_rewards``): each rank grades its local completions through
    ``pipeline.score`` (world model and real execution concurrently); the (world model, variance,
    real) columns are gathered to the whole batch;
@@ -52,7 +54,12 @@ from trl import GRPOTrainer
 from wmrl.core.completions import CompletionsTable, completion_rows, format_sample
 from wmrl.core.corrector import Correction, Corrector, CorrectorConfig, Plan
 from wmrl.core.engines.trl.late_rows import append_rows, keep_rows
-from wmrl.core.engines.trl.multiturn import EpisodeFactory, TurnContext, multi_turn_rollout
+from wmrl.core.engines.trl.multiturn import (
+    EpisodeFactory,
+    TurnContext,
+    execute_trajectories,
+    multi_turn_rollout,
+)
 from wmrl.core.engines.trl.shared_prefill import equal_runs, generate_shared
 from wmrl.core.engines.trl.vllm_http import VLLMHTTPConfig, VLLMHTTPGeneration
 from wmrl.core.interrupt import GracefulStop
@@ -132,6 +139,10 @@ class _Step:
     solution_keys: npt.NDArray[Any] | None = None
     late_metrics: dict[str, float | None] = field(default_factory=dict)
     late_rows: list[tuple[dict[str, Any], npt.NDArray[Any]]] = field(default_factory=list)
+    #: whether what is due at this batch has landed already (a draining K-turn batch lands before its rollout)
+    landed: bool = False
+    #: the K-turn rollout's context (asynchronous anchors: its turns' items and episodes, for the execution)
+    turns_context: TurnContext | None = None
 
     def add_time(self, seconds: Mapping[str, float]) -> None:
         for name, value in seconds.items():
@@ -367,8 +378,11 @@ class WMRLGRPOTrainer(GRPOTrainer):
         """Refuse the settings asynchronous anchors cannot honour in TRL, each with its reason."""
         why = None
         args = self.args
-        if self.turns > 1:
-            why = "K-turn episodes grade every turn inside the rollout, so a late trajectory would need its turns replayed"
+        if self.turns > 1 and self.pipeline.world_model is None:
+            why = (
+                "asynchronous K-turn episodes show every trajectory the world model's feedback while its "
+                "executions run, and mode 'real' has no world model"
+            )
         elif self.loss_type not in ("dapo", "cispo", "vespo"):
             why = (
                 f"loss_type={self.loss_type!r} normalises per micro-batch, so late rows would dilute the step's own; "
@@ -630,6 +644,13 @@ class WMRLGRPOTrainer(GRPOTrainer):
         asynchronous = self.pipeline.asynchrony.enabled
         if asynchronous:  # what is due lands after this batch is generated (_calculate_rewards)
             step.drain = self._drains_now()
+            if step.drain and self.turns > 1:
+                # a draining K-turn batch runs synchronously (real feedback at every turn): everything in
+                # flight lands first, then the plan its rollout needs is made
+                step.late_rows, step.late_metrics = self._land(True)
+                step.landed = True
+                if not self.pipeline.plans_after_scoring:
+                    self._plan(step)
         self.on_phase("generation")
         if not self.pipeline.plans_after_scoring and not asynchronous:
             self._plan(step)  # from keys only: before generation, so K-turn rollouts know their stream
@@ -784,7 +805,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
             raise RuntimeError("_calculate_rewards called outside a WMRL generation batch")
         self.on_phase("scoring")
         device = self.accelerator.device
-        if self.pipeline.asynchrony.enabled:
+        if self.pipeline.asynchrony.enabled and not step.landed:
             # the executions due now landed while this batch was generated; then it is planned and scored
             step.late_rows, step.late_metrics = self._land(step.drain)
             if not self.pipeline.plans_after_scoring:
@@ -813,6 +834,8 @@ class WMRLGRPOTrainer(GRPOTrainer):
                 -1, g
             )
         step.solution_keys = keys
+        if self.turns > 1 and step.turns_context is not None and step.turns_context.shadow:
+            self._submit_trajectories(step, wm)
         start = time.perf_counter()
         correction = self.pipeline.correct(
             step.plan, wm, real, var, rollouts=step.n_local, repeats=repeats, solution_keys=keys
@@ -884,6 +907,23 @@ class WMRLGRPOTrainer(GRPOTrainer):
         )
         return True
 
+    def _submit_trajectories(self, step: _Step, wm: npt.NDArray[Any]) -> None:
+        """Asynchronous K-turn: plan from the shadow rollout's trajectory scores (``wm``, ``(n_groups, G)``,
+        every rank's) where the plan reads them, and submit the chosen trajectories' turns for execution."""
+        ctx = step.turns_context
+        assert ctx is not None
+        if step.plan is None:
+            self._plan(step, wm)
+        assert step.plan is not None
+        if not step.plan.execute_mask(self.num_generations).any():
+            return
+        rows = self.local_anchor_rows(step)
+        turn_items, episodes = list(ctx.turn_items), list(ctx.kept)
+        step.items = []  # the world model learns from single-turn executions only, as a synchronous K-turn step
+        step.pending = self.pipeline.in_flight.submit(
+            lambda: execute_trajectories(self.pipeline, turn_items, episodes, rows)
+        )
+
     def _graded_without_real(self, step: _Step, scores: Any) -> npt.NDArray[Any]:
         """The batch's columns while its executions are in flight: the world model's, no real scores."""
         step.row_statuses = [wm.status if wm is not None else None for wm in scores.wm_grades]
@@ -906,10 +946,11 @@ class WMRLGRPOTrainer(GRPOTrainer):
         ``choose`` makes it from the first turn's scores: the chosen trajectories are executed at
         every turn."""
         planned = step.plan is not None
-        return TurnContext(
+        shadow = self.pipeline.asynchrony.enabled and not step.drain
+        context = TurnContext(
             rows=step.inputs,
-            anchor=self.local_anchor_rows(step) if planned else None,
-            choose=None if planned else (lambda wm: self._choose_trajectories(step, wm)),
+            anchor=self.local_anchor_rows(step) if planned and not shadow else None,
+            choose=None if planned or shadow else (lambda wm: self._choose_trajectories(step, wm)),
             pipeline=self.pipeline,
             item_fn=self.item_fn,
             episodes=self.episodes,
@@ -923,7 +964,10 @@ class WMRLGRPOTrainer(GRPOTrainer):
             statuses=step.statuses,
             sampling_logprobs=bool(self.use_vllm),
             real_grades=step.real_grades,
+            shadow=shadow,
         )
+        step.turns_context = context
+        return context
 
     def _generate_tokens_vllm(
         self, contexts: list[list[int]], max_new_tokens: int
@@ -1040,7 +1084,11 @@ def _prompt_text(prompt: Any) -> str:
 def _rollout_entry(prompts: list, trainer: WMRLGRPOTrainer) -> dict[str, Any]:
     """TRL's ``rollout_func`` for K > 1 (TRL calls it with the trainer)."""
     step = trainer._wmrl_step
-    planned_late = step is not None and step.plan is None and trainer.pipeline.plans_after_scoring
+    planned_late = (
+        step is not None
+        and step.plan is None
+        and (trainer.pipeline.plans_after_scoring or (trainer.pipeline.asynchrony.enabled and not step.drain))
+    )
     if step is None or (step.plan is None and not planned_late) or len(step.inputs) != len(prompts):
         raise RuntimeError("the K-turn rollout runs inside WMRLGRPOTrainer's generation step only")
     return multi_turn_rollout(trainer.turn_context(step), prompts)
