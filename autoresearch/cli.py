@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict, dataclass
 
 #: ``wmrl grade`` exit status when the harness (not the solution) failed: the grade is unknown.
 EXIT_HARNESS_ERROR = 3
@@ -125,30 +126,55 @@ def _warm_start(args: argparse.Namespace) -> int:
     return 0
 
 
+@dataclass(frozen=True)
+class _Listing:
+    """One task's entry in ``wmrl autoresearch tasks list`` (the JSON keys, in this order)."""
+
+    id: str
+    tier: str
+    title: str
+    split: str | None
+    source: str
+    category: str
+    modality: str
+    metric: str
+    lower_is_better: bool
+    id_columns: list[str]
+    target_columns: list[str]
+    train_rows: int | None
+    test_rows: int | None
+    public_leaderboard_size: int
+    private_leaderboard_size: int
+    time_limit_s: float
+    memory_limit_mb: int
+
+
 def _summary(task) -> dict:
     from wmrl.autoresearch.tasks.suite import EVAL_TASKS, TRAIN_TASKS
 
     split = "train" if task.id in TRAIN_TASKS else "eval" if task.id in EVAL_TASKS else None
     rows = dict(task.metadata.get("rows", {})) if task.source == "bundled" else {}
-    return {
-        "id": task.id,
-        "tier": "standard",
-        "title": task.metadata.get("title") or task.metadata.get("name") or task.id,
-        "split": split,
-        "source": task.source,
-        "category": task.category,
-        "modality": task.modality,
-        "metric": task.metric,
-        "lower_is_better": task.lower_is_better,
-        "id_columns": list(task.id_columns),
-        "target_columns": list(task.target_columns),
-        "train_rows": rows.get("train"),
-        "test_rows": rows.get("test"),
-        "public_leaderboard_size": len(task.public_leaderboard),
-        "private_leaderboard_size": len(task.private_leaderboard),
-        "time_limit_s": task.time_limit_s,
-        "memory_limit_mb": task.memory_limit_mb,
-    }
+    return asdict(
+        _Listing(
+            id=task.id,
+            tier="standard",
+            title=task.metadata.get("title") or task.metadata.get("name") or task.id,
+            split=split,
+            source=task.source,
+            category=task.category,
+            modality=task.modality,
+            metric=task.metric,
+            lower_is_better=task.lower_is_better,
+            id_columns=list(task.id_columns),
+            target_columns=list(task.target_columns),
+            train_rows=rows.get("train"),
+            test_rows=rows.get("test"),
+            public_leaderboard_size=len(task.public_leaderboard),
+            private_leaderboard_size=len(task.private_leaderboard),
+            time_limit_s=task.time_limit_s,
+            memory_limit_mb=task.memory_limit_mb,
+        )
+    )
 
 
 def _heavy_summary(task_id: str) -> dict:
@@ -157,25 +183,27 @@ def _heavy_summary(task_id: str) -> dict:
 
     meta = json.loads((HEAVY_DIR / task_id / "task.json").read_text(encoding="utf-8"))
     public, private = _read_leaderboard(HEAVY_DIR / task_id / "private" / "leaderboard.csv")
-    return {
-        "id": task_id,
-        "tier": "heavy",
-        "title": meta["title"],
-        "split": "train",
-        "source": "bundled",
-        "category": meta["category"],
-        "modality": meta["modality"],
-        "metric": meta["metric"],
-        "lower_is_better": meta["lower_is_better"],
-        "id_columns": meta["id_columns"],
-        "target_columns": meta["target_columns"],
-        "train_rows": meta["rows"]["train"],
-        "test_rows": meta["rows"]["test"],
-        "public_leaderboard_size": len(public),
-        "private_leaderboard_size": len(private),
-        "time_limit_s": meta["time_limit_s"],
-        "memory_limit_mb": meta["memory_limit_mb"],
-    }
+    return asdict(
+        _Listing(
+            id=task_id,
+            tier="heavy",
+            title=meta["title"],
+            split="train",
+            source="bundled",
+            category=meta["category"],
+            modality=meta["modality"],
+            metric=meta["metric"],
+            lower_is_better=meta["lower_is_better"],
+            id_columns=meta["id_columns"],
+            target_columns=meta["target_columns"],
+            train_rows=meta["rows"]["train"],
+            test_rows=meta["rows"]["test"],
+            public_leaderboard_size=len(public),
+            private_leaderboard_size=len(private),
+            time_limit_s=meta["time_limit_s"],
+            memory_limit_mb=meta["memory_limit_mb"],
+        )
+    )
 
 
 def _tasks_list(args: argparse.Namespace) -> int:

@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from wmrl.core.bench.intervals import mean_and_ci95
+
 #: arm -> overrides on top of ``wmrl train hpo``
 ARMS = {
     "real": ("mode=real",),
@@ -85,16 +87,6 @@ def run(arm: str, seed: int, steps: int, out: Path) -> dict:
     return result
 
 
-def _mean_ci(values: list[float]) -> tuple[float, float]:
-    from scipy import stats
-
-    n = len(values)
-    mean = statistics.fmean(values)
-    if n < 2:
-        return mean, 0.0
-    return mean, float(stats.t.ppf(0.975, n - 1) * statistics.stdev(values) / n**0.5)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=3)
@@ -120,10 +112,10 @@ def main() -> None:
         f"{'arm':<12} {'wall s':>14} {'step s':>8} {'waited s':>9} {'executions':>10} {'greedy score':>16} {'speedup vs wmrl':>16}"
     )
     for arm, rs in results.items():
-        wall, wall_ci = _mean_ci([r["wall_s"] for r in rs])
-        score, score_ci = _mean_ci([r["greedy_true_score"] for r in rs])
+        wall, wall_ci = mean_and_ci95([r["wall_s"] for r in rs])
+        score, score_ci = mean_and_ci95([r["greedy_true_score"] for r in rs])
         speed = [base[r["seed"]]["wall_s"] / r["wall_s"] for r in rs if r["seed"] in base]
-        speedup, speedup_ci = _mean_ci(speed) if speed else (None, None)
+        speedup, speedup_ci = mean_and_ci95(speed) if speed else (None, None)
         summary[arm] = {
             "wall_s": wall,
             "wall_s_ci95": wall_ci,

@@ -35,6 +35,8 @@ from typing import Any
 
 from real_lm_arms import _metrics, _run
 
+from wmrl.core.bench.intervals import mean_and_ci95
+
 ARMS: dict[str, list[str]] = {
     "real": ["mode=real"],
     "wmrl": [],
@@ -109,18 +111,6 @@ def train_and_eval(
     return result
 
 
-def _mean_ci(values: list[float]) -> tuple[float | None, float | None]:
-    from scipy import stats
-
-    values = [v for v in values if v is not None]
-    if not values:
-        return None, None
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, None
-    return mean, float(stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / len(values) ** 0.5)
-
-
 def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
     """Per arm: means with 95% t-intervals over seeds; step time against ``world_model`` and wall time
     against ``wmrl`` paired per seed."""
@@ -147,7 +137,7 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
             ],
             "speedup_vs_wmrl": [wall["wmrl"][s] / wall[arm][s] for s in seeds if s in wall.get("wmrl", {})],
         }.items():
-            row[key], row[f"{key}_ci95"] = _mean_ci(values)
+            row[key], row[f"{key}_ci95"] = mean_and_ci95(values)
         out[arm] = row
     return out
 

@@ -136,11 +136,7 @@ def _executions(result: dict[str, Any]) -> float:
 
 
 def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
-    from scipy import stats
-
-    def ci(values: list[float]) -> float:
-        v = np.asarray(values, dtype=float)
-        return float(stats.t.ppf(0.975, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1 else 0.0
+    from wmrl.core.bench.intervals import ci95 as ci
 
     out: dict[str, Any] = {}
     for arm in ARMS:

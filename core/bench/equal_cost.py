@@ -23,7 +23,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats
+
+from wmrl.core.bench.intervals import ci95, mean_ci
 
 __all__ = [
     "ci95",
@@ -35,22 +36,6 @@ __all__ = [
     "paired",
     "reward_at",
 ]
-
-
-def ci95(values: Sequence[float] | np.ndarray) -> float:
-    """Half-width of the 95% Student-t interval of the mean (0 for one value)."""
-    v = np.asarray(values, dtype=float)
-    if v.size < 2:
-        return 0.0
-    return float(stats.t.ppf(0.975, v.size - 1) * np.std(v, ddof=1) / np.sqrt(v.size))
-
-
-def mean_ci(values: Sequence[float | None]) -> dict[str, float | int | None]:
-    """``{"mean", "ci95", "n"}`` over the known values (``None`` where none is known)."""
-    known = [float(v) for v in values if v is not None]
-    if not known:
-        return {"mean": None, "ci95": None, "n": 0}
-    return {"mean": float(np.mean(known)), "ci95": ci95(known), "n": len(known)}
 
 
 def reward_at(reward: np.ndarray, cost: np.ndarray, at: float) -> float | None:

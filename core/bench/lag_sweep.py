@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from wmrl.core.bench.intervals import ci95
 from wmrl.core.bench.simulation import ArmResult, SimConfig, run_arm
 from wmrl.core.late import LATE_UPDATES, modelled_step_times
 from wmrl.core.modes import apply_changes
@@ -34,13 +35,6 @@ __all__ = ["LAGS", "LATENCIES", "format_lag_sweep", "lag_sweep"]
 
 LAGS = (0, 1, 2, 4, 8)
 LATENCIES = (1.0, 2.0, 4.0, 8.0)
-
-
-def _t95(values: npt.NDArray[Any]) -> float:
-    from scipy import stats
-
-    n = len(values)
-    return 0.0 if n < 2 else float(stats.t.ppf(0.975, n - 1) * np.std(values, ddof=1) / np.sqrt(n))
 
 
 def _rows(lags: Sequence[int], default: str) -> list[tuple[str, int, dict[str, Any], float | None]]:
@@ -94,9 +88,9 @@ def lag_sweep(
                 "late_update": row_cfg.corrector.asynchrony.late_update,
                 "importance_clip": clip,
                 "final_true_reward": float(final.mean()),
-                "final_true_reward_ci95": _t95(final),
+                "final_true_reward_ci95": ci95(final),
                 "paired_vs_lag0": None if paired is None else float(paired.mean()),
-                "paired_vs_lag0_ci95": None if paired is None else _t95(paired),
+                "paired_vs_lag0_ci95": None if paired is None else ci95(paired),
                 "executions": float(np.mean([r.executions.sum() for r in results])),
                 "modelled_wall": {f"{L:g}": float(w.mean()) for L, w in walls.items()},
                 "modelled_speedup_vs_sync": {

@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from wmrl.core.bench.equal_cost import equal_cost_summary, format_equal_cost
+from wmrl.core.bench.intervals import ci95
 from wmrl.core.bench.lag_sweep import format_lag_sweep, lag_sweep
 from wmrl.core.bench.runstore import RunStore
 from wmrl.core.bench.simulation import ARMS, EXEC_NOISE, ArmResult, SimConfig, run_arm
@@ -61,14 +61,6 @@ NOISE_SWEEP_ARMS = (
     "debias_only",
     "fusion_only",
 )
-
-
-def ci95(values: np.ndarray) -> float:
-    """Half-width of the 95% Student-t interval of the mean (0 for one value)."""
-    n = len(values)
-    if n < 2:
-        return 0.0
-    return float(stats.t.ppf(0.975, n - 1) * np.std(values, ddof=1) / np.sqrt(n))
 
 
 def summarise(

@@ -153,3 +153,13 @@ def test_a_surrogate_arm_learns_from_its_executions_and_changes_the_scores():
     assert surrogate.true_reward[-1] > surrogate.true_reward[0] + 0.05
     # the world model is asked about every rollout (the surrogate is part of it, not the memory)
     assert surrogate.wm_calls.sum() == surrogate.rollouts.sum()
+
+
+def test_the_interval_of_one_seed_is_unknown_not_zero():
+    from wmrl.core.bench.intervals import mean_and_ci95, mean_ci
+
+    assert mean_and_ci95([]) == (None, None) and mean_and_ci95([None, None]) == (None, None)
+    assert mean_and_ci95([0.5, None]) == (0.5, None)
+    mean, half = mean_and_ci95([0.0, 2.0, None])
+    assert mean == 1.0 and half == pytest.approx(12.7062, rel=1e-4)  # t(0.975, 1) * sd / sqrt(n) = t
+    assert mean_ci([1.0, None]) == {"mean": 1.0, "ci95": 0.0, "n": 1}
