@@ -331,9 +331,18 @@ class RewardPipeline:
         in_flight: int = 0,
         group_size: int | None = None,
         solution_keys: npt.NDArray[Any] | None = None,
+        in_flight_keys: frozenset[str] = frozenset(),
     ) -> Plan:
         """Choose this step's executions (see :meth:`Corrector.plan`)."""
-        return self.corrector.plan(group_keys, task_keys, wm_scores, in_flight, group_size, solution_keys)
+        return self.corrector.plan(
+            group_keys,
+            task_keys,
+            wm_scores,
+            in_flight,
+            group_size,
+            solution_keys,
+            in_flight_keys=in_flight_keys,
+        )
 
     @property
     def plans_after_scoring(self) -> bool:
@@ -355,6 +364,20 @@ class RewardPipeline:
             return np.zeros(len(items), dtype=bool)
         return np.array([k is not None and k in self.corrector.memory for k in keys], dtype=bool)
 
+    def _skipped(
+        self, items: Sequence[Any], need_feedback: bool, known: Sequence[bool] | npt.NDArray[Any] | None
+    ) -> npt.NDArray[np.bool_]:
+        """``(n,)`` bool: the items :meth:`score` sends to no source (see its ``known``)."""
+        n = len(items)
+        if need_feedback:
+            return np.zeros(n, dtype=bool)
+        if known is None:
+            return self.known_items(items)
+        skip = np.asarray(known, dtype=bool)
+        if skip.shape != (n,):
+            raise ValueError(f"known must have one entry per item ({n}); got shape {skip.shape}")
+        return skip
+
     # -- score ------------------------------------------------------------------------------------
     def score(
         self,
@@ -365,6 +388,7 @@ class RewardPipeline:
         anchor: bool = True,
         repeat_rows: Sequence[bool] | npt.NDArray[Any] | None = None,
         need_feedback: bool = False,
+        known: Sequence[bool] | npt.NDArray[Any] | None = None,
     ) -> Scores:
         """Grade a flat list of rollouts: the world model every one, real execution the anchor rows.
 
@@ -378,6 +402,10 @@ class RewardPipeline:
             repeat_rows: ``(n,)`` bool, executed rollouts to execute a second time (``Plan.repeat``).
             need_feedback: the caller shows each outcome's feedback to the policy (K-turn episodes); the
                 execution memory keeps outcomes, not feedback, so nothing is skipped then.
+            known: ``(n,)`` bool, the items the execution memory knows, as the caller decided them
+                (default: looked up now). An execution submitted off the critical path decides on the
+                main thread when it is submitted: the memory may learn more before the worker runs it,
+                and what it skips must not depend on when that happens.
 
         Items whose solution the execution memory knows (:meth:`known_items`) are sent to neither
         source: their scores stay NaN here and :meth:`correct` grades them from the memory.
@@ -391,7 +419,7 @@ class RewardPipeline:
         use_real = anchor and self.anchor is not None
         # Solutions the execution memory knows are graded from it (by the corrector): no source is asked.
         exact = [isinstance(item, Exact) for item in items]
-        skip = self.known_items(items) if not need_feedback else np.zeros(n, dtype=bool)
+        skip = self._skipped(items, need_feedback, known)
         for i, item in enumerate(items):
             if not exact[i]:
                 continue
@@ -596,9 +624,10 @@ class RewardPipeline:
         )
         execute_rows = plan.execute_mask(width)[cells]
         repeat_rows = plan.repeat_mask(width)[cells]
+        known = self.known_items(items)  # now, on this thread: what the worker skips is deterministic
 
         def execute() -> Scores:
-            return self.score(items, execute_rows, world_model=False, repeat_rows=repeat_rows)
+            return self.score(items, execute_rows, world_model=False, repeat_rows=repeat_rows, known=known)
 
         pending = None
         if drain or not execute_rows.any():

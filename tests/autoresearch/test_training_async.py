@@ -56,6 +56,10 @@ def test_a_batchs_rows_return_lag_batches_later_with_their_late_advantages(tmp_p
     assert not np.isnan(last_real[last_plan.execute_mask(2)]).all(), "the draining batch executed its own"
     logged = trainer.state.log_history[1]
     assert logged["async/landed_executions"] > 0 and logged["async/lag_mean"] == 1.0
+    # the executions a batch consumed are its anchor statuses: the first batch consumed none
+    assert not any(k.startswith("anchor_status/") for k in trainer.state.log_history[0])
+    shares = {k: v for k, v in logged.items() if k.startswith("anchor_status/")}
+    assert shares and sum(shares.values()) == 1.0
     assert not trainer.pipeline.in_flight.pending
     assert anchor.calls >= 3
 
@@ -66,6 +70,8 @@ def test_a_batchs_rows_return_lag_batches_later_with_their_late_advantages(tmp_p
         ({"loss_type": "grpo"}, "token-sum loss"),
         ({"num_iterations": 2}, "one optimiser step"),
         ({"save_strategy": "epoch"}, "save_strategy"),
+        ({"max_steps": -1, "num_train_epochs": 1}, "needs max_steps"),
+        ({"save_strategy": "steps", "save_steps": 0.5}, "whole number"),
     ],
 )
 def test_settings_that_cannot_carry_late_rows_are_refused(tmp_path, changes, message):
@@ -114,3 +120,24 @@ def test_whole_anchor_groups_are_masked_in_flight_and_trained_when_they_land(tmp
     out = spy.outputs[1]
     landed = out["advantages"][4:].numpy()
     assert landed.shape == (2,) and np.abs(landed).sum() > 0  # the anchor group's two rollouts, real-graded
+
+
+def test_a_plan_at_lag_two_sees_the_executions_in_flight(tmp_path):
+    """At lag 2 a batch plans while the batch before it is still executing: the concurrency cap counts
+    those executions and their solutions are passed on, so they are not chosen again."""
+    trainer, _, _ = make_trainer(
+        tmp_path, "wmrl", preset_changes=_async(2), args=grpo_args(tmp_path, steps=3)
+    )
+    seen = []
+    plan = trainer.pipeline.plan
+
+    def spy(*args, **kwargs):
+        seen.append((args[3] if len(args) > 3 else kwargs.get("in_flight", 0), kwargs.get("in_flight_keys")))
+        return plan(*args, **kwargs)
+
+    trainer.pipeline.plan = spy
+    trainer.train()
+    assert len(seen) == 3
+    assert seen[0][0] == 0, "nothing is in flight when the first batch plans"
+    assert seen[1][0] >= 1, "the first batch's executions are in flight when the second plans"
+    assert all(isinstance(keys, frozenset) for _, keys in seen)

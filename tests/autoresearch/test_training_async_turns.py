@@ -63,6 +63,7 @@ def test_k_turn_trajectories_run_in_the_shadow_and_land_a_step_later(tmp_path, p
     trainer, spy, rollouts, anchor = _train(tmp_path, preset, late_update="correction")
     assert len(rollouts) == 3 and len(spy.outputs) == 3
     executed_total = 0
+    pairs = []  # (world model, real) of each executed trajectory: both graded its last reply
     for t in (0, 1):  # shadow steps: the world model's feedback for every row, nothing real yet
         out = rollouts[t]
         assert all(v is None for v in out["wmrl_real"]), "a shadow rollout executed something"
@@ -82,6 +83,7 @@ def test_k_turn_trajectories_run_in_the_shadow_and_land_a_step_later(tmp_path, p
         for i in np.flatnonzero(executed):
             _, last, _ = _turns(trainer, out["completion_ids"][i], out["env_mask"][i])
             landed[i] = real_formula(last)
+            pairs.append((wm_formula(last), real_formula(last)))
         landed = landed.reshape(-1, GROUP)
         rewards = np.where(np.isnan(landed), corr.rewards, landed)
         expected = group_advantages(rewards, None, trainer.corrector.config.advantages).advantages
@@ -106,7 +108,13 @@ def test_k_turn_trajectories_run_in_the_shadow_and_land_a_step_later(tmp_path, p
         first, last, seen = _turns(trainer, out["completion_ids"][i], out["env_mask"][i])
         assert f"score {real_formula(first):.2f}" in seen
         assert out["wmrl_real"][i] == pytest.approx(real_formula(last))
+        pairs.append((wm_formula(last), real_formula(last)))
     executed_total += len(real_rows)
+    debiaser = trainer.corrector.debiaser
+    stored = sorted(zip(debiaser._x.round(9).tolist(), debiaser._y.round(9).tolist(), strict=True))
+    assert stored == sorted((round(w, 9), round(r, 9)) for w, r in pairs), (
+        "a pair grades one trajectory twice"
+    )
     assert len(anchor.items) == 2 * executed_total, "every turn of every executed trajectory runs once"
     assert not trainer.pipeline.in_flight.pending
     logged = trainer.state.log_history[1]
@@ -158,3 +166,29 @@ def test_asynchronous_k_turn_needs_a_world_model(tmp_path):
             episodes=TextEpisode,
             turns=2,
         )
+
+
+def test_a_shadow_rollouts_trajectories_execute_in_one_batch_and_aggregate_their_turns():
+    from wmrl.core.engines.trl.multiturn import execute_trajectories
+    from wmrl.core.pipeline import RewardPipeline
+
+    class Best:
+        def aggregate(self, rewards):
+            known = [r for r in rewards if r is not None]
+            return max(known) if known else None
+
+    anchor = FeedbackSource(real_formula, "anchor", "real")
+    pipeline = RewardPipeline(FeedbackSource(wm_formula, "world_model", "wm"), anchor, mode="wmrl")
+    turns = [["a", "bbb", "cc"], ["dddd", "e", "ffffff"]]
+    out = execute_trajectories(pipeline, turns, [Best(), Best(), Best()], np.array([True, False, True]))
+    assert anchor.calls == 1, "every turn of every chosen trajectory goes to the sandbox in one batch"
+    assert sorted(anchor.items) == sorted(["a", "cc", "dddd", "ffffff"])
+    expected = [
+        max(real_formula("a"), real_formula("dddd")),
+        np.nan,
+        max(real_formula("cc"), real_formula("ffffff")),
+    ]
+    np.testing.assert_array_equal(out.real, expected)
+    assert np.isnan(out.real_repeat).all() and out.statuses == ["graded"] * 4 and len(out.real_grades) == 4
+    with pytest.raises(ValueError, match="one episode and one item per turn"):
+        execute_trajectories(pipeline, [["a", "b"]], [Best()] * 3, np.ones(3, dtype=bool))

@@ -311,3 +311,24 @@ def test_per_rollout_anchors_execute_single_rollouts_after_the_world_model():
     np.testing.assert_array_equal(streamed.plan.execute, out.plan.execute)
     np.testing.assert_array_equal(streamed.advantages, out.advantages)
     assert not out.anchor.any() and 0 < executed.sum() < executed.size  # single rollouts, no whole group
+
+
+def test_the_caller_can_decide_what_the_memory_skips():
+    """``score(known=...)``: an execution submitted off the critical path skips what the memory knew
+    when it was submitted, not what it knows when the worker gets to it."""
+    executed = []
+
+    def real(items):
+        executed.extend(items)
+        return [float(x) for x in items]
+
+    pipeline = RewardPipeline(None, as_source(real, "anchor", "real"), mode="real", solution_key=str)
+    rows = np.array([True, True, True])
+    out = pipeline.score([0.1, 0.2, 0.3], rows, world_model=False, known=[False, True, False])
+    assert executed == [0.1, 0.3] and np.isnan(out.real[1]) and out.real[0] == 0.1
+    with pytest.raises(ValueError, match="one entry per item"):
+        pipeline.score([0.1, 0.2], rows[:2], world_model=False, known=[True])
+    # need_feedback executes everything, whatever was known
+    executed.clear()
+    pipeline.score([0.1, 0.2], rows[:2], world_model=False, known=[True, True], need_feedback=True)
+    assert executed == [0.1, 0.2]

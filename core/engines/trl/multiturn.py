@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from wmrl.core.pipeline import RewardPipeline
 
@@ -282,12 +283,12 @@ class TrajectoryScores:
 
     ``real``: ``(n,)`` each row's real trajectory reward (NaN: not executed, or unknown);
     ``real_repeat``: ``(n,)`` NaN (K-turn episodes repeat no execution); ``statuses`` and
-    ``real_grades``: every executed turn's outcome label and grade, turn by turn; ``seconds``: the
+    ``real_grades``: every executed turn's outcome label and grade (trajectory by trajectory); ``seconds``: the
     anchor stream's seconds per name.
     """
 
-    real: np.ndarray
-    real_repeat: np.ndarray
+    real: npt.NDArray[np.float64]
+    real_repeat: npt.NDArray[np.float64]
     statuses: list[str]
     real_grades: list[Any]
     seconds: dict[str, float]
@@ -297,12 +298,13 @@ def execute_trajectories(
     pipeline: RewardPipeline,
     turn_items: Sequence[Sequence[Any]],
     episodes: Sequence[TurnEpisode],
-    rows: np.ndarray,
+    rows: npt.NDArray[np.bool_],
 ) -> TrajectoryScores:
-    """Execute the ``rows`` (``(n,)`` bool) trajectories of a shadow rollout for real, turn by turn.
+    """Execute the ``rows`` (``(n,)`` bool) trajectories of a shadow rollout for real.
 
     Every turn of a chosen trajectory is executed (as in a synchronous K-turn step, the execution
-    memory skips none: a trajectory reward needs each turn's outcome); its real reward is
+    memory skips none: a trajectory reward needs each turn's outcome), all turns in one batch: no turn
+    waits for another's outcome, since the policy was shown the world model's. Its real reward is
     ``episodes[i].aggregate(real turn rewards)``. Called off the critical path, by the worker thread of
     :class:`~wmrl.core.late.AnchorsInFlight`.
     """
@@ -312,22 +314,15 @@ def execute_trajectories(
         raise ValueError(
             f"execute_trajectories needs one episode and one item per turn for each of the {n} rows"
         )
-    real_turns: list[list[float | None]] = [[] for _ in range(n)]
-    statuses: list[str] = []
-    grades: list[Any] = []
-    seconds: dict[str, float] = {}
-    for items in turn_items:
-        scores = pipeline.score(items, rows, world_model=False, need_feedback=True)
-        for name, value in scores.seconds.items():
-            seconds[name] = seconds.get(name, 0.0) + value
-        statuses.extend(scores.statuses)
-        for i in np.flatnonzero(rows):
-            grade = scores.real_grades[i]
-            real_turns[i].append(grade.value if grade is not None else None)
-            if grade is not None:
-                grades.append(grade)
+    turns = len(turn_items)
+    flat = [item for items in turn_items for item in items]  # turn-major: turn k's row i at k * n + i
+    scores = pipeline.score(flat, np.tile(rows, turns), world_model=False, need_feedback=True)
     real = np.full(n, np.nan)
+    grades: list[Any] = []
     for i in np.flatnonzero(rows):
-        value = episodes[i].aggregate(real_turns[i])
+        turn_grades = [scores.real_grades[k * n + i] for k in range(turns)]
+        grades.extend(g for g in turn_grades if g is not None)
+        value = episodes[i].aggregate([g.value if g is not None else None for g in turn_grades])
         real[i] = np.nan if value is None else float(value)
+    statuses, seconds = list(scores.statuses), dict(scores.seconds)
     return TrajectoryScores(real, np.full(n, np.nan), statuses, grades, seconds)

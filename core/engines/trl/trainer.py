@@ -394,6 +394,12 @@ class WMRLGRPOTrainer(GRPOTrainer):
             why = (
                 "checkpoints drain the executions in flight at known steps: use save_strategy 'steps' or 'no'"
             )
+        elif args.max_steps is None or args.max_steps <= 0:
+            why = "the last step drains the executions in flight, so the run needs max_steps (a number of steps)"
+        elif str(args.save_strategy) in ("steps", "SaveStrategy.STEPS") and not (
+            float(args.save_steps) >= 1 and float(args.save_steps).is_integer()
+        ):
+            why = f"checkpoints drain at every save_steps-th step, which must be a whole number; got {args.save_steps}"
         elif self.accelerator.num_processes > 1 and self.pipeline.asynchrony.overdue_after_s is not None:
             why = (
                 "overdue_after_s would let ranks disagree on what landed; leave it None on several processes"
@@ -411,7 +417,14 @@ class WMRLGRPOTrainer(GRPOTrainer):
         return (every is not None and done % every == 0) or (args.max_steps > 0 and done >= args.max_steps)
 
     def _gathered_matrices(self, entry: InFlight, result: Any) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
-        """A landed batch's real scores, every rank's rows gathered: ``(n_groups, G)`` real and repeats."""
+        """A landed batch's real scores, every rank's rows gathered: ``(n_groups, G)`` real and repeats.
+
+        The landed executions' outcomes join the batch being trained (its ``anchor_status/*`` and the
+        domain's real metrics describe the executions it consumed)."""
+        step = self._wmrl_step
+        if step is not None:
+            step.statuses.extend(result.statuses)
+            step.real_grades.extend(g for g in result.real_grades if g is not None)
         local = np.stack(
             [np.asarray(result.real, dtype=np.float64), np.asarray(result.real_repeat, dtype=np.float64)],
             axis=1,
@@ -520,12 +533,18 @@ class WMRLGRPOTrainer(GRPOTrainer):
 
     def _plan(self, step: _Step, wm_scores: npt.NDArray[Any] | None = None, solution_keys=None) -> None:
         start = time.perf_counter()
+        # executions in flight (asynchronous anchors; the same entries on every rank): the concurrency cap
+        # counts them and their solutions are not chosen again. Nothing is in flight at lag 1 when a batch
+        # plans (what is due lands first), so this binds from lag 2.
+        in_flight = self.pipeline.in_flight
         step.plan = self.pipeline.plan(
             step.group_keys,
             step.group_tasks,
             wm_scores,
+            in_flight.group_equivalents(self.num_generations),
             group_size=self.num_generations,
             solution_keys=solution_keys,
+            in_flight_keys=in_flight.solution_keys(),
         )
         step.add_time({"corrector": time.perf_counter() - start})
 
@@ -642,7 +661,9 @@ class WMRLGRPOTrainer(GRPOTrainer):
         step = self._new_step(inputs)
         self._wmrl_step = step
         asynchronous = self.pipeline.asynchrony.enabled
-        if asynchronous:  # what is due lands after this batch is generated (_calculate_rewards)
+        if (
+            asynchronous
+        ):  # what is due lands after this batch is generated (_calculate_rewards), but see below
             step.drain = self._drains_now()
             if step.drain and self.turns > 1:
                 # a draining K-turn batch runs synchronously (real feedback at every turn): everything in
@@ -709,7 +730,8 @@ class WMRLGRPOTrainer(GRPOTrainer):
                 rewards=step.correction.rewards.copy(),
                 advantages=step.correction.advantages.copy(),
                 solution_keys=keys,
-                executions=int(executed.sum() + step.plan.repeat_mask(g).sum()),
+                # a K-turn trajectory executes each of its turns
+                executions=int(executed.sum() * self.turns + step.plan.repeat_mask(g).sum()),
                 future=step.pending,
                 keys=running_keys(keys, executed),
             )
@@ -902,8 +924,11 @@ class WMRLGRPOTrainer(GRPOTrainer):
             return False
         rows, repeats = self.local_anchor_rows(step), self.local_repeat_rows(step)
         step.items = list(items)
+        known = self.pipeline.known_items(
+            items
+        )  # now, on this thread: what the worker skips is deterministic
         step.pending = self.pipeline.in_flight.submit(
-            lambda: self.pipeline.score(items, rows, world_model=False, repeat_rows=repeats)
+            lambda: self.pipeline.score(items, rows, world_model=False, repeat_rows=repeats, known=known)
         )
         return True
 
