@@ -19,6 +19,10 @@ executions' seconds, ``anchor_s``, are on its steps' path), the executions, the 
 (``wmrl eval autoresearch --in-sample``: fresh rollouts executed, the same for every arm). Finished
 runs are kept in ``--out``: the same command continues an interrupted benchmark.
 
+``--split-cores 0:1`` pins every arm's trainer to core 0 (``taskset``) and its executions to core 1
+(``sandbox.cores``): training and execution stop competing for the two cores, as when sandboxes run on
+machines of their own (the regime asynchronous anchors are for); by default they share both cores.
+
     python benchmarks/heavy_tier_arms.py --out runs/heavy-arms --seeds 0,1,2 --steps 4 --samples 16
 """
 
@@ -45,13 +49,39 @@ ARMS: dict[str, list[str]] = {
 }
 
 
+def parse_split(text: str | None) -> tuple[list[int], list[int]] | None:
+    """``"0:1"`` -> ``([0], [1])``: the trainer's cores and the executions' (``"0,1:2,3"`` for several)."""
+    if not text:
+        return None
+    try:
+        trainer, sandbox = ([int(c) for c in part.split(",") if c] for part in text.split(":"))
+    except ValueError as exc:
+        raise SystemExit(f"--split-cores takes TRAINER:SANDBOX core lists such as 0:1; got {text!r}") from exc
+    if not trainer or not sandbox or set(trainer) & set(sandbox):
+        raise SystemExit(f"--split-cores needs two disjoint, non-empty core lists; got {text!r}")
+    return trainer, sandbox
+
+
 def train_and_eval(
-    wmrl: str, out: Path, arm: str, seed: int, task: str, steps: int, samples: int
+    wmrl: str,
+    out: Path,
+    arm: str,
+    seed: int,
+    task: str,
+    steps: int,
+    samples: int,
+    split: tuple[list[int], list[int]] | None = None,
 ) -> dict[str, Any]:
     name = f"{arm}-s{seed}"
     run, result_file = out / name, out / f"{name}.json"
+    cores = None if split is None else {"trainer": split[0], "sandbox": split[1]}
     if result_file.exists():
-        return json.loads(result_file.read_text())
+        done = json.loads(result_file.read_text())
+        if done.get("cores") != cores:
+            raise SystemExit(
+                f"{result_file} was measured with cores {done.get('cores')}, not {cores}: use another --out"
+            )
+        return done
     if run.exists():
         raise SystemExit(
             f"{run} holds an unfinished run: remove it (a resumed run's wall time is not comparable)"
@@ -60,6 +90,15 @@ def train_and_eval(
         wmrl, "train", "autoresearch", "--out", str(run), "--no-progress", f"seed={seed}", f"steps={steps}",
         f"tasks.ids=[{task}]", *ARMS[arm],
     ]  # fmt: skip
+    if split is not None:  # the trainer on its cores, the executions on theirs (world_model: none run)
+        trainer, sandbox = split
+        cmd = [
+            "taskset",
+            "-c",
+            ",".join(map(str, trainer)),
+            *cmd,
+            f"sandbox.cores=[{','.join(map(str, sandbox))}]",
+        ]
     code, wall = _run(cmd, out / f"{name}.train.log")
     if code != 0:
         raise SystemExit(f"{name}: training failed (exit {code}); see {out / f'{name}.train.log'}")
@@ -94,6 +133,7 @@ def train_and_eval(
         "task": task,
         "steps": steps,
         "settings": ARMS[arm],
+        "cores": cores,
         "train_wall_s": wall,
         "step_s": [r.get("step_time") for r in rows],
         # seconds from the first step's start to each step's end: position against wall time
@@ -153,7 +193,14 @@ def main(argv: list[str] | None = None) -> int:
         "--samples", type=int, default=16, help="in-sample evaluation rollouts per run (0: none)"
     )
     parser.add_argument("--wmrl", default=str(Path(sys.executable).with_name("wmrl")))
+    parser.add_argument(
+        "--split-cores",
+        default=None,
+        help="TRAINER:SANDBOX, e.g. 0:1: train pinned to the first cores (taskset) and execute on the others "
+        "(sandbox.cores), as when sandboxes have machines of their own; every arm alike (default: shared)",
+    )
     args = parser.parse_args(argv)
+    split = parse_split(args.split_cores)
     arms = [a for a in args.arms.split(",") if a]
     unknown = [a for a in arms if a not in ARMS]
     if unknown:
@@ -164,7 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     for seed in (int(s) for s in args.seeds.split(",")):
         for arm in arms:
             print(f"[heavy-arms] {arm} seed {seed} ...", file=sys.stderr, flush=True)
-            results.append(train_and_eval(args.wmrl, out, arm, seed, args.task, args.steps, args.samples))
+            results.append(
+                train_and_eval(args.wmrl, out, arm, seed, args.task, args.steps, args.samples, split)
+            )
             summary = summarise(results)
             (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary, indent=1))

@@ -15,7 +15,7 @@ separate solution environment (:mod:`.solution_env`: no ``wmrl``, no dataset fil
 ``docs/sandbox.md`` for the protections each backend gives.
 """
 
-from .base import CpuAllocator, Sandbox, SandboxError
+from .base import CpuAllocator, Sandbox, SandboxError, execution_cores, set_execution_cores
 from .bwrap import BwrapSandbox, bwrap_problem
 from .docker_backend import DockerSandbox, docker_problem
 from .environment import SOLUTION_LIBRARIES, available_libraries
@@ -53,5 +53,7 @@ __all__ = [
     "cache_key",
     "data_fingerprint",
     "docker_problem",
+    "execution_cores",
     "make_sandbox",
+    "set_execution_cores",
 ]

@@ -44,7 +44,16 @@ from .staging import StagingArea, fingerprint, readable_by_others
 from .supervisor import RawOutcome, SpawnSpec, classify, supervise
 from .users import USERS, SandboxUser, UserPool
 
-__all__ = ["LAUNCHER_PATH", "CpuAllocator", "LocalSandbox", "Sandbox", "SandboxError", "purge_after_run"]
+__all__ = [
+    "LAUNCHER_PATH",
+    "CpuAllocator",
+    "LocalSandbox",
+    "Sandbox",
+    "SandboxError",
+    "execution_cores",
+    "purge_after_run",
+    "set_execution_cores",
+]
 
 log = logging.getLogger("wmrl.autoresearch.sandbox")
 
@@ -54,6 +63,31 @@ SUBMISSION_NAME = "submission.csv"
 
 class SandboxError(RuntimeError):
     """A sandbox could not be constructed as asked (unknown backend, engine not answering...)."""
+
+
+def _parse_cpu_list(text: str) -> set[int]:
+    """``"0-3,5"`` -> ``{0, 1, 2, 3, 5}`` (the kernel's CPU list format)."""
+    out: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        low, _, high = part.partition("-")
+        out.update(range(int(low), int(high or low) + 1))
+    return out
+
+
+def machine_cores() -> set[int]:
+    """The cores processes here may be given: the cgroup's effective cpuset where there is one (a
+    container's), else every core of the machine. Not this process's affinity, which ``taskset`` may
+    have narrowed to the trainer's own cores."""
+    for path in ("/sys/fs/cgroup/cpuset.cpus.effective", "/sys/fs/cgroup/cpuset/cpuset.effective_cpus"):
+        try:
+            cores = _parse_cpu_list(Path(path).read_text())
+        except (OSError, ValueError):
+            continue
+        if cores:
+            return cores
+    return set(range(os.cpu_count() or 1))
 
 
 class CpuAllocator:
@@ -90,8 +124,40 @@ class CpuAllocator:
                 if c in self._use and self._use[c] > 0:
                     self._use[c] -= 1
 
+    def restrict(self, cores: Sequence[int]) -> None:
+        """Hand out only ``cores`` from now on (executions off the cores the trainer computes on).
+
+        Raises:
+            ValueError: ``cores`` is empty, repeats a core or names one this machine lacks.
+            RuntimeError: an execution holds cores now (its release would go astray).
+        """
+        wanted = list(cores)
+        if not wanted or len(set(wanted)) != len(wanted):
+            raise ValueError(f"execution cores must be distinct and at least one; got {wanted}")
+        usable = machine_cores()
+        bad = [c for c in wanted if isinstance(c, bool) or not isinstance(c, int) or c not in usable]
+        if bad:
+            raise ValueError(
+                f"execution cores {bad} are not cores this machine lets its processes use ({sorted(usable)})"
+            )
+        with self._lock:
+            if any(self._use.values()):
+                raise RuntimeError("execution cores cannot change while executions hold some")
+            self._use = dict.fromkeys(sorted(wanted), 0)
+
 
 _CPUS = CpuAllocator()
+
+
+def set_execution_cores(cores: Sequence[int]) -> None:
+    """Run this process's local executions on ``cores`` only (every backend shares one allocator: the
+    machine's cores are one resource); see :meth:`CpuAllocator.restrict`."""
+    _CPUS.restrict(cores)
+
+
+def execution_cores() -> list[int]:
+    """The cores this process's local executions run on."""
+    return _CPUS.cores
 
 
 class Sandbox(ABC):

@@ -48,6 +48,10 @@ def build_grader(section):
 
             pool.sandbox = RequestGPU(pool.sandbox)
     else:
+        if section.cores:
+            from wmrl.autoresearch.sandbox import set_execution_cores
+
+            set_execution_cores(section.cores)
         sandbox = make_sandbox(section.backend)
         if getattr(sandbox, "problem", None):
             working = [name for name, problem in backend_problems().items() if problem is None]

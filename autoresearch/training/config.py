@@ -123,6 +123,9 @@ class SandboxSection:
             ``len(gpus) / gpus_per_slot``; the agent is told it has a GPU. Local pool only: a Ray pool
             gives each slot its GPUs through ``ray.gpus_per_slot``.
         gpus_per_slot: GPUs each execution sees.
+        cores: CPU cores the executions run on (``[]``: every core this process may use). With the
+            trainer pinned elsewhere (``taskset -c 0 wmrl train ... "sandbox.cores=[1]"``) executions and
+            training stop competing for cores, as when sandboxes have machines of their own. Local pool only.
         pool: ``local`` (threads on this machine) or ``ray`` (Ray workers on any node of a cluster,
             each running ``backend``; ``docs/scale-out.md``).
         ray: the Ray pool (``pool: ray``): cluster address, slots (= ``workers``), resources per
@@ -136,6 +139,7 @@ class SandboxSection:
     cache: bool = True
     gpus: tuple[int, ...] = ()
     gpus_per_slot: int = 1
+    cores: tuple[int, ...] = ()
     pool: Literal["local", "ray"] = "local"
     ray: RayPoolConfig = field(default_factory=RayPoolConfig)
 
@@ -165,7 +169,17 @@ class SandboxSection:
                 "execution gets its own GPU(s); lower workers or give more gpus",
             )
 
+        # whether the machine has them (and lets this process use them) is checked when the sandbox is built
+        require(
+            all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in self.cores)
+            and len(set(self.cores)) == len(self.cores),
+            f"sandbox.cores must be distinct core indices >= 0; got {list(self.cores)}",
+        )
         if self.pool == "ray":
+            require(
+                not self.cores,
+                "sandbox.cores names cores of this machine (local pool); Ray slots run on their nodes' cores",
+            )
             require(
                 not self.gpus,
                 "sandbox.gpus names devices of this machine (local pool); with sandbox.pool=ray each Ray slot "

@@ -63,6 +63,8 @@ def warm_start_dir(spec: str = WARM_SPEC) -> Path:
         settings["corpus"].pop("action", None)
     if not settings["lora"].get("last_layers"):
         settings["lora"].pop("last_layers", None)
+    if not settings["sandbox"].get("cores"):
+        settings["sandbox"].pop("cores", None)
     key = corpus_key(tasks, settings)
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:6]
     kind = "" if spec == WARM_SPEC else "model-"

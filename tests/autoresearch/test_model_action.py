@@ -210,3 +210,15 @@ def test_training_refuses_a_policy_of_the_other_action_before_writing_a_run(tmp_
 
     with pytest.raises(ModelNotFoundError):
         run_training(ok, tmp_path / "out2", progress=False)
+
+
+@pytest.mark.pandas
+def test_the_warm_starts_cache_keys_stay_put(tmp_path, monkeypatch):
+    """A changed key rebuilds every user's cached warm start (16-25 min on 2 cores) and leaves the old
+    one orphaned: a setting added with an inert default must stay out of the key (``sandbox.cores`` did
+    not, once). Change these names only when the warm start itself changes, on purpose."""
+    from wmrl.autoresearch.training.warm import WARM_SPEC, warm_start_dir
+
+    monkeypatch.setenv("WMRL_CACHE", str(tmp_path))
+    assert warm_start_dir(WARM_SPEC).name == "smollm2-135m-sft-6149377682a68fcee2"
+    assert warm_start_dir("smollm2-warm-model").name == "smollm2-135m-sft-model-c301e59c52e51342f3"

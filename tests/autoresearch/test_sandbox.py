@@ -125,6 +125,22 @@ def test_contract_environment_cwd_and_submission(sb, data, monkeypatch):
         assert any("NO ISOLATION" in w for w in res.warnings)
 
 
+def test_executions_run_on_the_cores_named(sb, data):
+    """``sandbox.cores``: the executions run on the named cores only, whatever the trainer's own."""
+    from wmrl.autoresearch.sandbox import execution_cores, set_execution_cores
+
+    before = execution_cores()
+    if len(before) < 2:
+        pytest.skip("needs two cores to pin executions to one of them")
+    try:
+        set_execution_cores([before[-1]])
+        res = run(sb, "import os, json; print(json.dumps(sorted(os.sched_getaffinity(0))))", data)
+        assert res.status == "ok", res
+        assert json.loads(res.stdout_tail) == [before[-1]]
+    finally:
+        set_execution_cores(before)
+
+
 @pytest.mark.parametrize(
     ("code", "exit_code", "in_stderr"),
     [

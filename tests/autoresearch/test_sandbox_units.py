@@ -26,6 +26,7 @@ from wmrl.autoresearch.sandbox import (
     make_sandbox,
 )
 from wmrl.autoresearch.sandbox import cgroups as cg
+from wmrl.autoresearch.sandbox.base import _parse_cpu_list, machine_cores
 from wmrl.autoresearch.sandbox.supervisor import RawOutcome, Tail, _FrameReader, classify
 
 # -- Limits ----------------------------------------------------------------------------------------
@@ -293,6 +294,22 @@ def test_cpu_allocator_spreads_concurrent_executions():
     assert len(alloc.acquire(99)) == 4
 
 
+def test_cpu_allocator_restricted_to_named_cores():
+    alloc = CpuAllocator([0, 1])
+    alloc.restrict([1])
+    assert alloc.cores == [1] and alloc.acquire(2) == [1]
+    with pytest.raises(RuntimeError, match="while executions hold"):
+        alloc.restrict([0])
+    alloc.release([1])
+    with pytest.raises(ValueError, match="distinct"):
+        alloc.restrict([])
+    with pytest.raises(ValueError, match="distinct"):
+        alloc.restrict([0, 0])
+    with pytest.raises(ValueError, match="not cores this machine lets"):
+        alloc.restrict([max(machine_cores()) + 5])
+    assert alloc.cores == [1]  # a refused change leaves the allocator as it was
+
+
 # -- cgroups ------------------------------------------------------------------------------------------
 
 
@@ -438,3 +455,9 @@ def test_stale_cgroups_of_dead_owners_are_removed():
         assert all(d.exists() for d in mine.dirs.values())
     finally:
         mine.remove()
+
+
+def test_cpu_lists_parse_as_the_kernel_writes_them():
+    assert _parse_cpu_list("0-3,5\n") == {0, 1, 2, 3, 5}
+    assert _parse_cpu_list("7") == {7} and _parse_cpu_list("") == set()
+    assert machine_cores() >= set(os.sched_getaffinity(0))

@@ -98,6 +98,16 @@ def test_files_and_strictness(tmp_path):
     assert load_config(TrainConfig, None, ["corrector.scheduler.repeat_share=0.2", "sandbox.cache=false"])
     with pytest.raises(ConfigError, match=r"sandbox\.backend"):
         load_config(TrainConfig, None, ["sandbox.backend=chroot"])
+    assert load_config(TrainConfig, None, ["sandbox.cores=[0]"]).sandbox.cores == (0,)
+    for cores in ("[0,0]", "[-1]"):
+        with pytest.raises(ConfigError, match=r"sandbox\.cores must be distinct core indices"):
+            load_config(TrainConfig, None, [f"sandbox.cores={cores}"])
+    with pytest.raises(ConfigError, match=r"sandbox\.cores names cores of this machine"):
+        load_config(
+            TrainConfig,
+            None,
+            ["sandbox.cores=[0]", "sandbox.pool=ray", "sandbox.backend=bwrap", "sandbox.ray.slots=2"],
+        )
 
 
 def test_cli_prints_the_resolved_config_and_rejects_bad_ones(capsys, tmp_path):
