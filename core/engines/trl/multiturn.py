@@ -283,15 +283,14 @@ class TrajectoryScores:
 
     ``real``: ``(n,)`` each row's real trajectory reward (NaN: not executed, or unknown);
     ``real_repeat``: ``(n,)`` NaN (K-turn episodes repeat no execution); ``statuses`` and
-    ``real_grades``: every executed turn's outcome label and grade (trajectory by trajectory); ``seconds``: the
-    anchor stream's seconds per name.
+    ``real_grades``: every executed turn's outcome label and grade (trajectory by trajectory). The
+    anchor stream's seconds are booked by the pipeline's ledger as it executes.
     """
 
     real: npt.NDArray[np.float64]
     real_repeat: npt.NDArray[np.float64]
     statuses: list[str]
     real_grades: list[Any]
-    seconds: dict[str, float]
 
 
 def execute_trajectories(
@@ -324,5 +323,4 @@ def execute_trajectories(
         grades.extend(g for g in turn_grades if g is not None)
         value = episodes[i].aggregate([g.value if g is not None else None for g in turn_grades])
         real[i] = np.nan if value is None else float(value)
-    statuses, seconds = list(scores.statuses), dict(scores.seconds)
-    return TrajectoryScores(real, np.full(n, np.nan), statuses, grades, seconds)
+    return TrajectoryScores(real, np.full(n, np.nan), list(scores.statuses), grades)
