@@ -14,7 +14,10 @@ from pathlib import Path
 from typing import Any
 
 _EVAL_SHORTHANDS = {
-    "--policy": ("policy", "'random' or a saved-policy folder with policy.json"),
+    "--policy": (
+        "policy",
+        "'random', 'scripted' (the privileged expert) or a saved-policy folder with policy.json",
+    ),
     "--suite": (
         "suite",
         "libero_10 (LIBERO-Long, default), libero_spatial, libero_object, libero_goal, libero_90",

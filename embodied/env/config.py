@@ -51,6 +51,9 @@ class LiberoEnvConfig:
             deterministic because the full simulator state is overwritten by the initial state.
         object_state: also return LIBERO's privileged ``object-state`` vector (object poses) in
             the observation. VLA policies do not use it.
+        scene_state: also return the privileged scene (``scene/<name>/...`` keys: every object's and
+            fixture's pose and collision box, every region site, articulated joints; see
+            ``wmrl.embodied.env.scene_state``), which the scripted expert reads. VLA policies do not.
     """
 
     suite: str = DEFAULT_SUITE
@@ -63,6 +66,7 @@ class LiberoEnvConfig:
     settle_steps: int = 10
     hard_reset: bool = True
     object_state: bool = False
+    scene_state: bool = False
 
     def __post_init__(self) -> None:
         check_suite(self.suite)
@@ -81,8 +85,9 @@ class LiberoEnvConfig:
         _check_int("settle_steps", self.settle_steps, 0, 10_000)
         if not isinstance(self.hard_reset, bool):
             raise ValueError(f"hard_reset must be a bool; got {self.hard_reset!r}")
-        if not isinstance(self.object_state, bool):
-            raise ValueError(f"object_state must be a bool; got {self.object_state!r}")
+        for name in ("object_state", "scene_state"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool; got {getattr(self, name)!r}")
 
     @property
     def episode_max_steps(self) -> int:

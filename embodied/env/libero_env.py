@@ -23,7 +23,9 @@ Observation (a dict of numpy arrays):
     ``"robot0_eef_pos"`` ``(3,)`` metres, ``"robot0_eef_quat"`` ``(4,)`` (x, y, z, w),
     ``"robot0_gripper_qpos"`` ``(2,)`` metres, ``"robot0_joint_pos"`` ``(7,)`` radians,
     ``"state"`` ``(8,)``: eef position + eef axis-angle + gripper qpos (the lerobot/OpenVLA
-    8-D state), all ``float32``; ``"object-state"`` when ``object_state=True``.
+    8-D state), all ``float32``; ``"object-state"`` when ``object_state=True``; the privileged
+    ``"scene/<name>/<field>"`` arrays (``float64``, ``wmrl.embodied.env.scene_state``) when
+    ``scene_state=True``.
 
 The language instruction is ``env.instruction`` and ``info["instruction"]``.
 """
@@ -42,6 +44,7 @@ from gymnasium import spaces
 from wmrl.embodied.env.config import LiberoEnvConfig
 from wmrl.embodied.env.images import orient_image
 from wmrl.embodied.env.libero_setup import prepare_libero
+from wmrl.embodied.env.scene_state import read_scene
 from wmrl.embodied.env.suites import TaskInfo, get_task, load_init_states
 
 __all__ = ["NOOP_ACTION", "LiberoEnv", "quat_to_axis_angle"]
@@ -295,6 +298,14 @@ class LiberoEnv(gym.Env):
             self.observation_space.spaces["object-state"] = spaces.Box(
                 -np.inf, np.inf, shape=(dim,), dtype=np.float32
             )
+        if cfg.scene_state:
+            # The scene's keys depend on the task: declare them once the scene exists.
+            for key in [k for k in self.observation_space.spaces if k.startswith("scene/")]:
+                del self.observation_space.spaces[key]
+            for key, value in read_scene(sim.env).items():
+                self.observation_space.spaces[key] = spaces.Box(
+                    -np.inf, np.inf, shape=value.shape, dtype=np.float64
+                )
 
     def _set_cameras_enabled(self, enabled: bool) -> None:
         for key in self.config.image_keys:
@@ -318,6 +329,8 @@ class LiberoEnv(gym.Env):
         obs["state"] = np.concatenate([eef_pos, quat_to_axis_angle(eef_quat), gripper]).astype(np.float32)
         if cfg.object_state:
             obs["object-state"] = np.asarray(raw["object-state"], dtype=np.float32)
+        if cfg.scene_state:
+            obs.update(read_scene(self._sim.env))
         self._last_obs = obs
         return obs
 

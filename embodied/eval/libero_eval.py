@@ -38,7 +38,8 @@ class LiberoEvalConfig:
         split: ``"all"`` (50 states), ``"in_domain"`` (0-15) or ``"held_out"`` (16-49); used when
             ``states`` is ``None``.
         rollouts_per_state: k, rollouts from each (task, initial state); Best@k and All@k use it.
-        policy: ``"random"`` or a saved-policy folder (see ``wmrl.embodied.eval.policy_loader``).
+        policy: ``"random"``, ``"scripted"`` (the privileged scripted expert) or a saved-policy
+            folder (see ``wmrl.embodied.eval.policy_loader``).
         videos: how many episodes to film (spread over tasks first, then states).
         workers: simulator processes (0 = in this process).
         max_steps: policy-step limit; ``None`` = the suite's standard (520 for libero_10).
@@ -128,7 +129,7 @@ class LiberoEvalConfig:
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be auto, float32, bfloat16 or float16; got {self.dtype!r}")
         if not self.policy:
-            raise ValueError("policy must be 'random' or a saved-policy folder")
+            raise ValueError("policy must be 'random', 'scripted' or a saved-policy folder")
         if self.videos and not self.cameras:
             raise ValueError("videos need at least one camera (cameras is empty)")
         self.env_config()  # validates max_steps, settle_steps, image_size, cameras
@@ -184,6 +185,8 @@ class LiberoEvalConfig:
             )
         out["policy_camera"] = camera
         out["jpeg_quality"] = contract.get("jpeg_quality")
+        # a privileged policy (the scripted expert) reads the simulator's scene
+        out["scene_state"] = bool(contract.get("scene_state", False))
         return out
 
     def env_config(self, observation: Mapping[str, Any] | None = None) -> LiberoEnvConfig:
@@ -199,6 +202,7 @@ class LiberoEvalConfig:
             max_steps=self.max_steps,
             settle_steps=self.settle_steps,
             hard_reset=self.hard_reset,
+            scene_state=bool(obs.get("scene_state", False)),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -294,6 +298,15 @@ def load_eval_policy(config: LiberoEvalConfig) -> tuple[Any, dict[str, Any]]:
     if config.policy == "random":
         # One instance per worker: each episode's actions then depend on its seed alone.
         return [RandomPolicy(seed=config.seed) for _ in range(max(1, config.workers))], description
+    if description["type"] == "scripted":
+        # One per worker: the expert keeps its episode's plan between steps.
+        saved = description.get("policy_json", {}).get("kwargs", {})
+        if saved.get("suite", config.suite) != config.suite:
+            raise ValueError(
+                f"{config.policy} is a scripted expert for {saved['suite']}; this evaluation runs {config.suite}"
+            )
+        experts = [load_policy(config.policy, suite=config.suite) for _ in range(max(1, config.workers))]
+        return experts, description
     if description["type"] == "minivla":
         settings = _policy_settings(config)
         description["settings"] = settings

@@ -1,4 +1,4 @@
-"""Turn ``--policy random|PATH`` into a policy object.
+"""Turn ``--policy random|scripted|PATH`` into a policy object.
 
 A saved policy is a folder with a ``policy.json``::
 
@@ -21,12 +21,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["POLICY_FILE", "POLICY_TYPES", "load_policy", "policy_description", "register_policy_type"]
+__all__ = [
+    "BUILTIN_SPECS",
+    "POLICY_FILE",
+    "POLICY_TYPES",
+    "load_policy",
+    "policy_description",
+    "register_policy_type",
+]
 
 POLICY_FILE = "policy.json"
 
+BUILTIN_SPECS = frozenset({"random", "scripted"})
+"""Policies named instead of loaded from a folder: the random floor and the scripted expert."""
+
 POLICY_TYPES: dict[str, str | Callable[..., Any]] = {
     "random": "wmrl.embodied.policy.random_policy:load_random_policy",
+    # the privileged scripted expert (no weights): also the spec "scripted"
+    "scripted": "wmrl.embodied.policy.scripted_expert:load_scripted_policy",
     # a MiniVLAPolicy.save folder or a Prismatic/openvla-mini run directory
     "minivla": "wmrl.embodied.policy.minivla_policy:load_minivla",
 }
@@ -74,15 +86,17 @@ def load_policy(spec: str | Path, **overrides: Any) -> Any:
     """Load a policy from ``"random"`` or a saved-policy folder.
 
     Args:
-        spec: ``"random"`` (a :class:`~wmrl.embodied.policy.RandomPolicy`) or a folder with ``policy.json``.
+        spec: ``"random"`` (a :class:`~wmrl.embodied.policy.RandomPolicy`), ``"scripted"`` (the
+            privileged :class:`~wmrl.embodied.policy.scripted_expert.ScriptedExpert`) or a folder
+            with ``policy.json``.
         **overrides: keyword arguments merged over the folder's ``kwargs`` (e.g. ``seed``).
     """
-    if str(spec) == "random":
-        return _resolve(POLICY_TYPES["random"])(None, **overrides)
+    if str(spec) in BUILTIN_SPECS:
+        return _resolve(POLICY_TYPES[str(spec)])(None, **overrides)
     folder = Path(spec).expanduser()
     if not folder.is_dir():
         raise FileNotFoundError(
-            f"--policy must be 'random' or a saved-policy folder; {folder} is not a folder"
+            f"--policy must be 'random', 'scripted' or a saved-policy folder; {folder} is not a folder"
         )
     meta = _read_spec(folder)
     factory = meta.get("factory") or POLICY_TYPES.get(meta["type"])
@@ -100,8 +114,8 @@ def load_policy(spec: str | Path, **overrides: Any) -> Any:
 
 def policy_description(spec: str | Path) -> dict[str, Any]:
     """What the report records about the policy: the spec, and the folder's policy.json if any."""
-    if str(spec) == "random":
-        return {"spec": "random", "type": "random"}
+    if str(spec) in BUILTIN_SPECS:
+        return {"spec": str(spec), "type": str(spec)}
     folder = Path(spec).expanduser()
     meta = _read_spec(folder)
     return {"spec": str(folder.resolve()), "type": meta["type"], "policy_json": meta}
