@@ -59,12 +59,15 @@ def export(args) -> None:
 
 def _setup() -> str:
     """Make LIBERO importable offline; returns which stack this is."""
-    try:
+    import importlib.metadata
+
+    try:  # our stack is the one with rpent-libero (WMRL may be installed without it upstream)
+        importlib.metadata.version("rpent-libero")
         from wmrl.embodied.env.libero_setup import prepare_libero
 
         prepare_libero()  # config file, assets by module constants, the robosuite 1.5 patch
         return "wmrl (rpent-libero)"
-    except ImportError:
+    except (ImportError, importlib.metadata.PackageNotFoundError):
         pass
     import importlib.util
     import tempfile

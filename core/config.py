@@ -87,6 +87,9 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:  # noqa: C901 (the complexi
         if get_origin(tp) is typing.Literal and "none" in get_args(tp):
             # `fusion.mode=none` on a command line reads as YAML's null: the choice named "none"
             return "none"
+        if tp is str or str in get_args(tp):
+            # a setting that cannot be None but takes text (`cameras=none`): the word the user typed
+            return "none"
         raise ConfigError(f"{where}: None is not allowed here (expected {getattr(tp, '__name__', tp)})")
     tp = inner
     if tp is Any:

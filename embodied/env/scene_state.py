@@ -18,6 +18,8 @@ Keys of :func:`read_scene`'s dict (all ``float64``, metres and rotation matrices
   closest to vertical (3, pointing up), its half thickness and its half size along that axis:
   where fingers can straddle a wall (omitted for objects without any; ``P`` is fixed per object);
 * ``scene/<object>/joints`` ``(J,)``: joint positions of an articulated object (radians or metres);
+* ``scene/<object>/joint_frames`` ``(J, 6)``: each such joint's anchor (3) and unit axis (3);
+* ``scene/<object>/joint_boxes`` ``(J, 6)``: the box around the part each joint moves (a knob, a drawer);
 * ``scene/robot0_base/pos`` ``(3,)``: the robot's base;
 * ``scene/<site>/pos``, ``scene/<site>/mat``, ``scene/<site>/size`` ``(3,)``: every region site
   (LIBERO's ``SiteObject``/``TargetZone``: ``basket_1_contain_region``, ``flat_stove_1_cook_region``),
@@ -112,6 +114,11 @@ def _plates(model: Any, data: Any, geoms: np.ndarray) -> np.ndarray:
     return np.array(rows, dtype=np.float64).reshape(-1, 11)
 
 
+def _is_scalar_joint(problem_env: Any, joint: str) -> bool:
+    """A hinge or a slide (one coordinate), not a free joint."""
+    return not isinstance(problem_env.sim.model.get_joint_qpos_addr(joint), tuple)
+
+
 def read_scene(problem_env: Any) -> dict[str, np.ndarray]:
     """Every object's, fixture's and region's pose and extent now (see the module docstring for keys).
 
@@ -144,10 +151,24 @@ def read_scene(problem_env: Any) -> dict[str, np.ndarray]:
             out[f"{SCENE_PREFIX}{name}/plates"] = plates
         obj = problem_env.get_object(name)
         # Hinges and slides only: a free joint (a movable object's 7-D pose) is the pose above.
-        addresses = [problem_env.sim.model.get_joint_qpos_addr(j) for j in getattr(obj, "joints", None) or []]
-        qpos = [float(problem_env.sim.data.qpos[a]) for a in addresses if not isinstance(a, tuple)]
-        if qpos:
-            out[f"{SCENE_PREFIX}{name}/joints"] = np.array(qpos, dtype=np.float64)
+        joints = [j for j in getattr(obj, "joints", None) or [] if _is_scalar_joint(problem_env, j)]
+        if joints:
+            ids = [problem_env.sim.model.joint_name2id(j) for j in joints]
+            out[f"{SCENE_PREFIX}{name}/joints"] = np.array(
+                [problem_env.sim.data.qpos[problem_env.sim.model.get_joint_qpos_addr(j)] for j in joints],
+                dtype=np.float64,
+            )
+            out[f"{SCENE_PREFIX}{name}/joint_frames"] = np.array(
+                [[*data.xanchor[i], *data.xaxis[i]] for i in ids], dtype=np.float64
+            )
+            boxes = []
+            for i in ids:
+                part = _collision_geoms(model, int(model.jnt_bodyid[i]))
+                corners = (
+                    _geom_corners(model, data, part) if len(part) else np.repeat(data.xanchor[i][None], 2, 0)
+                )
+                boxes.append(np.concatenate([corners.min(0), corners.max(0)]))
+            out[f"{SCENE_PREFIX}{name}/joint_boxes"] = np.array(boxes, dtype=np.float64)
     try:  # the robot's base: how far a grasp must reach
         base = problem_env.sim.model.body_name2id("robot0_base")
         out[f"{SCENE_PREFIX}robot0_base/pos"] = np.array(data.xpos[base], dtype=np.float64)

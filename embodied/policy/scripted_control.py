@@ -34,16 +34,26 @@ from wmrl.embodied.policy.scripted_grasp import (
     POSITION_SCALE,
     TIP_BELOW_EEF,
     choose_grasp,
+    choose_place,
     corridor_top,
     hand_orientation,
     rotation_action,
     scene_value,
     yaw_of,
 )
+from wmrl.embodied.policy.scripted_knob import TurnKnob
 
-__all__ = ["SUPPORTED_PREDICATES", "ExpertConfig", "PickPlace", "ScriptedController", "config_from_dict"]
+__all__ = [
+    "PICK_PLACE_PREDICATES",
+    "SUPPORTED_PREDICATES",
+    "ExpertConfig",
+    "PickPlace",
+    "ScriptedController",
+    "config_from_dict",
+]
 
-SUPPORTED_PREDICATES = frozenset({"in", "on"})
+PICK_PLACE_PREDICATES = frozenset({"in", "on"})
+SUPPORTED_PREDICATES = PICK_PLACE_PREDICATES | {"turnon"}
 
 
 @dataclass(frozen=True)
@@ -102,17 +112,19 @@ class PickPlace:
     """
 
     def __init__(self, relation: str, obj: str, target: str, config: ExpertConfig) -> None:
-        if relation not in SUPPORTED_PREDICATES:
-            raise ValueError(f"PickPlace handles {sorted(SUPPORTED_PREDICATES)}; got {relation!r}")
+        if relation not in PICK_PLACE_PREDICATES:
+            raise ValueError(f"PickPlace handles {sorted(PICK_PLACE_PREDICATES)}; got {relation!r}")
         self.relation, self.obj, self.target, self.config = relation, obj, target, config
         self.phase = "approach"
         self.steps_in_phase = 0
         self.attempts = 1
         self.failed = False
+        self.reason: str | None = None
         self._yaw: float | None = None
         self._grasp_local: np.ndarray | None = None
         self._yaw_offset = 0.0
         self._part_depth = 0.0
+        self._place_xy: np.ndarray | None = None
         self._carry_z: float | None = None
         self._last_z: list[float] = []
 
@@ -123,7 +135,11 @@ class PickPlace:
             centre, size = scene_value(scene, self.target, "pos"), scene_value(scene, self.target, "size")
             mat = scene_value(scene, self.target, "mat").reshape(3, 3)
             half = np.abs(mat @ size)
-            return centre[:2], float(centre[2] - half[2])
+            if self._place_xy is None:  # chosen once per attempt, clear of what already stands there
+                box = scene_value(scene, self.obj, "box")
+                radius = float(max(box[3] - box[0], box[4] - box[1])) / 2
+                self._place_xy = choose_place(scene, centre[:2], half[:2], self.obj, radius)
+            return self._place_xy, float(centre[2] - half[2])
         box = scene_value(scene, self.target, "box")
         return scene_value(scene, self.target, "pos")[:2], float(box[5])
 
@@ -137,7 +153,11 @@ class PickPlace:
         pos, mat = scene_value(scene, self.obj, "pos"), scene_value(scene, self.obj, "mat").reshape(3, 3)
         if self._grasp_local is None:
             rough_tip = max(float(box[2]) + 0.006, float(box[5]) - self.config.grasp_depth)
-            centre, yaw, part_depth = choose_grasp(scene, self.obj, rough_tip, self.config.narrow_ratio)
+            try:
+                centre, yaw, part_depth = choose_grasp(scene, self.obj, rough_tip, self.config.narrow_ratio)
+            except ValueError as exc:  # nothing to hold it by: give this goal up, never the episode
+                self.failed, self.reason = True, str(exc)
+                raise _GiveUp from exc
             self._grasp_local = mat.T @ (np.array([centre[0], centre[1], pos[2]]) - pos)
             self._yaw_offset = yaw - yaw_of(mat)
             self._part_depth = part_depth
@@ -170,11 +190,12 @@ class PickPlace:
 
     def _retry(self) -> None:
         if self.attempts >= self.config.max_attempts:
-            self.failed = True
+            self.failed, self.reason = True, f"{self.attempts} attempts failed"
             self._enter("done")
             return
         self.attempts += 1
         self._grasp_local = None  # plan the next grasp afresh
+        self._place_xy = None
         self._enter("retreat_empty")
 
     def _move(self, now: _Now, goal: np.ndarray, speed: float, grip: float) -> np.ndarray:
@@ -209,7 +230,11 @@ class PickPlace:
             obj_pos=scene_value(scene, self.obj, "pos"),
             timed_out=self.steps_in_phase > self.config.phase_steps,
         )
-        return getattr(self, f"_{self.phase}")(now)
+        try:
+            return getattr(self, f"_{self.phase}")(now)
+        except _GiveUp:
+            self._enter("done")
+            return None
 
     def _approach(self, now: _Now) -> np.ndarray:
         # travel above everything between here and the object, then go straight down
@@ -307,6 +332,10 @@ class PickPlace:
         return np.array([target_xy[0] - offset[0], target_xy[1] - offset[1], z])
 
 
+class _GiveUp(Exception):
+    """Raised inside a phase when the pick-and-place cannot go on (``PickPlace.reason`` says why)."""
+
+
 class _Now(NamedTuple):
     """What one step of a pick-and-place reads."""
 
@@ -351,8 +380,10 @@ class ScriptedController:
         if not self.goal:
             raise ValueError("the goal has no predicates")
         self.unsupported = [p for p in self.goal if p[0].lower() not in SUPPORTED_PREDICATES]
-        self._pending = [p for p in self.goal if p[0].lower() in SUPPORTED_PREDICATES]
-        self._current: PickPlace | None = None
+        # objects first, articulation after: a knob or a door is worked once nothing is carried past it
+        supported = [p for p in self.goal if p[0].lower() in SUPPORTED_PREDICATES]
+        self._pending = sorted(supported, key=lambda p: p[0].lower() not in PICK_PLACE_PREDICATES)
+        self._current: PickPlace | TurnKnob | None = None
         self.finished: list[tuple[tuple[str, ...], bool]] = []
 
     def reset(self) -> None:
@@ -372,8 +403,12 @@ class ScriptedController:
             if self._current is None:
                 if not self._pending:
                     return np.array([0, 0, 0, 0, 0, 0, -1], dtype=np.float32)  # nothing left: hold still
-                relation, obj, target = self._pending.pop(0)
-                self._current = PickPlace(relation.lower(), obj, target, self.config)
+                predicate = self._pending.pop(0)
+                if predicate[0].lower() == "turnon":
+                    self._current = TurnKnob(predicate[1])
+                else:
+                    relation, obj, target = predicate
+                    self._current = PickPlace(relation.lower(), obj, target, self.config)
             action = self._current.act(obs, scene)
             if action is not None:
                 return np.clip(action, -1.0, 1.0).astype(np.float32)

@@ -18,6 +18,7 @@ __all__ = [
     "TIP_BELOW_EEF",
     "box_distance",
     "choose_grasp",
+    "choose_place",
     "corridor_top",
     "finger_axis",
     "grasp_candidates",
@@ -213,3 +214,30 @@ def corridor_top(
         if np.any(np.all((points >= lo) & (points <= hi), axis=1)):
             top = max(top, float(box[5]))
     return top
+
+
+def choose_place(
+    scene: Mapping[str, np.ndarray], centre: np.ndarray, half: np.ndarray, carried: str, radius: float
+) -> np.ndarray:
+    """Where in a region (``centre`` xy, half sizes ``half`` xy, axis-aligned) to set down an object
+    of footprint ``radius``: the point farthest from the objects already standing in it (enough:
+    its radius plus 2 cm), then the most central; 1 cm inside the region's border."""
+    margin = np.maximum(half - 0.01, 0.0)
+    grid = [centre + np.array([u, v]) * margin for u in np.linspace(-1, 1, 9) for v in np.linspace(-1, 1, 9)]
+    # objects standing in or near the region (not the carried one, not a fixture the region lies on)
+    near = []
+    for name in scene_names(scene, "box"):
+        box = scene_value(scene, name, "box")
+        if name == carried or (
+            np.all(box[:2] <= centre) and np.all(box[3:5] >= centre) and box[3] - box[0] > 0.2
+        ):
+            continue
+        if np.all(box[:2] < centre + half + radius) and np.all(box[3:5] > centre - half - radius):
+            near.append(box)
+    best, best_score = centre, -np.inf
+    for point in grid:
+        clearance = min((box_distance(point, box) for box in near), default=np.inf)
+        score = 10.0 * min(clearance, radius + 0.02) - float(np.linalg.norm(point - centre))
+        if score > best_score:
+            best, best_score = point, score
+    return np.asarray(best)

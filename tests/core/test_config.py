@@ -101,3 +101,18 @@ def test_a_choice_named_none_is_reachable_from_the_command_line():
     assert config.fusion.mode == "none"
     with pytest.raises(ConfigError, match="None is not allowed"):
         from_dict(CorrectorConfig, apply_overrides(to_dict(CorrectorConfig()), ["scheduler.fraction=null"]))
+
+
+def test_the_word_none_reaches_a_text_setting_that_cannot_be_none():
+    """`wmrl eval libero --cameras none` (documented: no camera) was refused: `none` parsed as null."""
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Cameras:
+        cameras: str | tuple[str, ...] = "agentview"
+        count: int = 1
+
+    config = from_dict(Cameras, apply_overrides(to_dict(Cameras()), ["cameras=none"]))
+    assert config.cameras == "none"
+    with pytest.raises(ConfigError, match="None is not allowed"):
+        from_dict(Cameras, apply_overrides(to_dict(Cameras()), ["count=none"]))

@@ -86,9 +86,41 @@ def test_the_rotation_action_is_zero_on_target_and_turns_toward_it():
     assert np.allclose(sg.rotation_action(quat, sg.hand_orientation(3.0)), [0, 0, 1.0])  # clipped
 
 
+def test_an_empty_region_is_filled_from_its_centre_and_a_taken_one_beside_what_stands_there():
+    centre, half = np.array([0.2, 0.1]), np.array([0.075, 0.075])
+    scene = _box_scene("pot_1", 0.0, (0.04, 0.04, 0.05), centre=(0.6, 0.6, 0.95))  # far away: ignored
+    assert np.allclose(sg.choose_place(scene, centre, half, "pot_2", radius=0.04), centre)
+    scene.update(_box_scene("pot_3", 0.0, (0.04, 0.04, 0.05), centre=(0.2, 0.1, 0.95)))  # in the middle
+    point = sg.choose_place(scene, centre, half, "pot_2", radius=0.04)
+    assert np.all(np.abs(point - centre) <= half - 0.01 + 1e-9)  # 1 cm inside the border
+    # a corner: the farthest the region allows from the pot in the middle (6.5 cm each way)
+    assert np.allclose(np.abs(point - centre), [0.065, 0.065])
+
+
+def test_articulation_comes_after_the_objects_and_what_cannot_be_done_is_named():
+    ctl = ScriptedController(
+        [["turnon", "flat_stove_1"], ["on", "pot_1", "stove_region"], ["close", "microwave_1"]]
+    )
+    assert ctl.unsupported == [("close", "microwave_1")]
+    assert [p[0] for p in ctl._pending] == ["on", "turnon"]
+
+
+def test_an_object_with_nothing_to_hold_is_given_up_with_a_reason_and_the_next_goal_goes_on():
+    scene = _box_scene("slab_1", 0.0, (0.08, 0.06, 0.01))  # 12 cm wide, no walls: no grasp
+    scene.update(_box_scene("can_1", 0.0, (0.03, 0.03, 0.04), centre=(0.2, 0.0, 0.53)))
+    scene["scene/region_1/pos"], scene["scene/region_1/mat"] = np.array([0.0, 0.3, 0.5]), np.eye(3).reshape(9)
+    scene["scene/region_1/size"] = np.array([0.06, 0.06, 0.05])
+    ctl = ScriptedController([["in", "slab_1", "region_1"], ["in", "can_1", "region_1"]])
+    obs = {"robot0_eef_pos": np.array([0.0, 0.0, 0.7]), "robot0_eef_quat": Rotation.from_matrix(
+        sg.hand_orientation(0.0)).as_quat(), "robot0_gripper_qpos": np.array([0.04, -0.04])}  # fmt: skip
+    action = ctl.act(obs, scene)
+    assert ctl.finished == [(("in", "slab_1", "region_1"), False)]
+    assert "can_1" in ctl.phase and action.shape == (7,)
+
+
 def test_unsupported_predicates_are_named_and_the_controller_holds_still_after_its_work():
-    ctl = ScriptedController([["turnon", "flat_stove_1"], ["close", "microwave_1"]])
-    assert ctl.unsupported == [("turnon", "flat_stove_1"), ("close", "microwave_1")]
+    ctl = ScriptedController([["open", "flat_stove_1"], ["close", "microwave_1"]])
+    assert ctl.unsupported == [("open", "flat_stove_1"), ("close", "microwave_1")]
     obs = {"robot0_eef_pos": np.zeros(3), "robot0_eef_quat": np.array([1.0, 0, 0, 0]),
            "robot0_gripper_qpos": np.array([0.04, -0.04])}  # fmt: skip
     assert np.array_equal(ctl.act(obs, {}), np.array([0, 0, 0, 0, 0, 0, -1], dtype=np.float32))
@@ -228,3 +260,30 @@ def test_a_saved_scripted_expert_loads_and_is_refused_for_another_suite(tmp_path
     assert description["type"] == "scripted"
     with pytest.raises(ValueError, match="scripted expert for libero_10"):
         load_eval_policy(LiberoEvalConfig(policy=str(folder), suite="libero_goal"))
+
+
+@pytest.mark.libero
+def test_the_knob_primitive_turns_the_stove_on_as_libero_judges_it():
+    pytest.importorskip("libero")
+    from wmrl.embodied.env import LiberoEnv
+    from wmrl.embodied.policy.scripted_knob import TurnKnob
+
+    env = LiberoEnv(task_id=2, cameras=(), scene_state=True, hard_reset=False)
+    try:
+        obs, _ = env.reset(options={"init_state": 5})
+        frames = obs["scene/flat_stove_1/joint_frames"]
+        assert frames.shape == (1, 6) and abs(frames[0, 5]) == pytest.approx(1.0)  # an upright hinge
+        assert obs["scene/flat_stove_1/joint_boxes"].shape == (1, 6)
+        problem = env.libero_env.env
+        assert not problem._eval_predicate(["turnon", "flat_stove_1"])
+        knob = TurnKnob("flat_stove_1")
+        for _ in range(300):
+            action = knob.act(obs, obs)
+            if action is None:
+                break
+            obs, *_ = env.step(action)
+        assert not knob.failed, knob.reason
+        assert bool(problem._eval_predicate(["turnon", "flat_stove_1"])) is True
+        assert knob.holds(obs)
+    finally:
+        env.close()
