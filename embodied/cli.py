@@ -65,6 +65,7 @@ def register(root) -> None:
         preset_flags={"--smoke": ("smoke", "the CPU smoke preset (same as --config smoke)")},
         stage=True,  # supervised: checkpoints complete with wmrl_stage.json, not a correction's state
     )
+    _add_record_command(root)
     root.group("serve", "serve a model over HTTP (a world model that trainers on other machines call)")
     serve = root.subcommand(
         "serve",
@@ -83,6 +84,65 @@ def register(root) -> None:
         shorthands=_EVAL_SHORTHANDS,
         aliases=("libero",),
     )
+
+
+def _add_record_command(root) -> None:
+    domain = root.domain("embodied", "the embodied domain's own commands (demonstrations)")
+    cmd = domain.command(
+        "record-demos",
+        "record a policy's LIBERO episodes (the scripted expert's by default) as demonstrations in "
+        "LIBERO's HDF5 layout and/or LeRobot format, for wmrl train embodied-sft",
+        _record_demos,
+    )
+    cmd.add_argument(
+        "--policy", default="scripted", help="scripted (default), random, or a saved-policy folder"
+    )
+    cmd.add_argument("--suite", default="libero_10")
+    cmd.add_argument("--tasks", default="0", help="task ids, e.g. 0,7 or 0-2 (default 0)")
+    cmd.add_argument(
+        "--states", default="0-15", help="initial states, one episode each (default 0-15: in-domain)"
+    )
+    cmd.add_argument("--camera", default="agentview", help="the camera recorded (the one the VLA sees)")
+    cmd.add_argument("--image-size", type=int, default=128, help="square render side in pixels (default 128)")
+    cmd.add_argument("--orientation", default="upright", help="upright | rotate180 | raw")
+    cmd.add_argument("--formats", default="libero_hdf5,lerobot", help="libero_hdf5 and/or lerobot")
+    cmd.add_argument("--keep-failures", action="store_true", help="also keep episodes that failed")
+    cmd.add_argument(
+        "--max-steps", type=int, default=None, help="policy steps per episode (default: the suite's)"
+    )
+    cmd.add_argument(
+        "--out", default="runs/demos", help="the folder written (refused if it holds a recording)"
+    )
+
+
+def _record_demos(args) -> int:
+    import sys
+
+    from wmrl.embodied.demos.record import RecordConfig, record_demonstrations
+    from wmrl.embodied.eval.libero_eval import parse_indices
+
+    try:
+        config = RecordConfig(
+            policy=args.policy, suite=args.suite, tasks=parse_indices(args.tasks), states=parse_indices(args.states),
+            camera=args.camera, image_size=args.image_size, orientation=args.orientation,
+            formats=tuple(f.strip() for f in args.formats.split(",") if f.strip()),
+            keep_failures=args.keep_failures, max_steps=args.max_steps, out_dir=args.out,
+        )  # fmt: skip
+        summary = record_demonstrations(
+            config,
+            progress=lambda row: print(
+                f"task {row['task']} state {row['state']}: {'success' if row['success'] else 'failure'} "
+                f"in {row['steps']} steps ({row['wall_s']:.1f} s)",
+                file=sys.stderr,
+            ),
+        )
+    except (ValueError, FileExistsError, FileNotFoundError, RuntimeError) as err:
+        print(f"wmrl embodied record-demos: error: {err}", file=sys.stderr)
+        return 2
+    print(
+        f"kept {summary['kept']} of {len(summary['episodes'])} episodes; wrote {', '.join(summary['files'])}"
+    )
+    return 0
 
 
 def add_server_arguments(parser: Any) -> None:

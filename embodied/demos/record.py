@@ -1,0 +1,160 @@
+"""Record a policy's LIBERO episodes as demonstrations: ``wmrl embodied record-demos``.
+
+The scripted expert (``--policy scripted``, the default) is what makes this useful: its successful
+episodes are demonstrations a VLA can be cloned from, at the camera, render size and orientation
+the VLA will be trained and evaluated with. Each episode keeps the frames the policy's camera
+showed before each action, the actions, and the MuJoCo states (so SFT may replay them), and is
+written in LIBERO's HDF5 layout (one ``<TASK>_demo.hdf5`` per task, what ``wmrl train
+embodied-sft data.format=libero_hdf5`` reads) and/or as a LeRobot v3.0 dataset (``data.format=
+lerobot``). Frames are stored as rendered: the JPEG round trip a policy trains with is applied by
+the SFT stage (``policy.jpeg_quality``), not baked into the files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wmrl.embodied.env.images import check_orientation
+from wmrl.embodied.env.suites import DEFAULT_SUITE, SUITE_NUM_TASKS, check_suite
+
+__all__ = ["FORMATS", "RecordConfig", "record_demonstrations"]
+
+FORMATS = ("libero_hdf5", "lerobot")
+SUMMARY_FILE = "record.json"
+
+
+@dataclass(frozen=True)
+class RecordConfig:
+    """What to record and how.
+
+    Attributes:
+        policy: ``scripted`` (the privileged expert), ``random``, or a saved-policy folder.
+        suite: the LIBERO suite.
+        tasks: task ids.
+        states: fixed initial states to start from (one episode each).
+        camera: the camera recorded (the one the VLA sees).
+        image_size: square render side in pixels.
+        orientation: orientation of the stored frames (``upright``, ``rotate180``, ``raw``).
+        formats: ``libero_hdf5`` and/or ``lerobot``.
+        keep_failures: also keep episodes that did not reach the goal (marked ``success=False``).
+        max_steps: policy steps per episode (``None``: the suite's).
+        out_dir: the folder written (``libero_hdf5/``, ``lerobot/``, ``record.json``).
+    """
+
+    policy: str = "scripted"
+    suite: str = DEFAULT_SUITE
+    tasks: tuple[int, ...] = (0,)
+    states: tuple[int, ...] = tuple(range(16))
+    camera: str = "agentview"
+    image_size: int = 128
+    orientation: str = "upright"
+    formats: tuple[str, ...] = FORMATS
+    keep_failures: bool = False
+    max_steps: int | None = None
+    out_dir: str = "runs/demos"
+
+    def __post_init__(self) -> None:
+        check_suite(self.suite)
+        n = SUITE_NUM_TASKS[self.suite]
+        if not self.tasks or any(not isinstance(t, int) or not 0 <= t < n for t in self.tasks):
+            raise ValueError(f"tasks must be task ids of {self.suite} (0-{n - 1}); got {self.tasks!r}")
+        if not self.states or any(not isinstance(s, int) or s < 0 for s in self.states):
+            raise ValueError(f"states must be initial-state indices >= 0; got {self.states!r}")
+        if len(set(self.states)) != len(self.states) or len(set(self.tasks)) != len(self.tasks):
+            raise ValueError("tasks and states must not repeat")
+        if not self.camera:
+            raise ValueError("camera must name the camera to record")
+        if not isinstance(self.image_size, int) or not 8 <= self.image_size <= 2048:
+            raise ValueError(f"image_size must be an integer in [8, 2048]; got {self.image_size!r}")
+        check_orientation(self.orientation)
+        unknown = set(self.formats) - set(FORMATS)
+        if not self.formats or unknown:
+            raise ValueError(f"formats must be some of {list(FORMATS)}; got {list(self.formats)}")
+        if self.max_steps is not None and (not isinstance(self.max_steps, int) or self.max_steps < 1):
+            raise ValueError(f"max_steps must be a positive integer or None; got {self.max_steps!r}")
+
+
+def record_demonstrations(
+    config: RecordConfig, *, progress: Callable[[dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
+    """Run one episode per (task, state), keep the successful ones, write them; returns the summary.
+
+    Raises:
+        FileExistsError: ``out_dir`` already holds a recording.
+        RuntimeError: no episode was kept (nothing to write).
+    """
+    from wmrl.core.runlog import write_json_atomic
+    from wmrl.embodied.demos.lerobot_format import write_lerobot_dataset
+    from wmrl.embodied.demos.libero_hdf5 import write_libero_hdf5
+    from wmrl.embodied.demos.replay import record_demo
+    from wmrl.embodied.env import LiberoEnv, LiberoEnvConfig
+    from wmrl.embodied.env.suites import get_task
+    from wmrl.embodied.eval.policy_loader import load_policy
+
+    out = Path(config.out_dir)
+    if (out / SUMMARY_FILE).exists():
+        raise FileExistsError(f"{out} already holds a recording ({SUMMARY_FILE}); choose another out_dir")
+    policy = (
+        load_policy(config.policy, suite=config.suite)
+        if config.policy == "scripted"
+        else load_policy(config.policy)
+    )
+    contract = getattr(policy, "observation_contract", None) or {}
+    env = LiberoEnv(
+        LiberoEnvConfig(
+            suite=config.suite, task_id=config.tasks[0], cameras=(config.camera,), image_height=config.image_size,
+            image_width=config.image_size, orientation=config.orientation, max_steps=config.max_steps,
+            scene_state=bool(contract.get("scene_state", False)),
+        )
+    )  # fmt: skip
+    episodes, kept = [], {t: [] for t in config.tasks}
+    start = time.perf_counter()
+    try:
+        for task_id in config.tasks:
+            for state in config.states:
+                policy.reset()
+                t0 = time.perf_counter()
+                demo = record_demo(
+                    env,
+                    lambda obs, _t: policy.act(obs, env.instruction).action,
+                    init_state=state,
+                    task_id=task_id,
+                )
+                row = {"task": task_id, "state": state, "success": bool(demo.success), "steps": demo.length,
+                       "wall_s": round(time.perf_counter() - t0, 3)}  # fmt: skip
+                episodes.append(row)
+                if demo.success or config.keep_failures:
+                    kept[task_id].append(demo)
+                if progress is not None:
+                    progress(row)
+    finally:
+        env.close()
+    if not any(kept.values()):
+        raise RuntimeError(f"no episode of {config.policy!r} reached the goal: nothing to write ({episodes})")
+    files = []
+    if "libero_hdf5" in config.formats:
+        for task_id, demos in kept.items():
+            if demos:
+                task = get_task(config.suite, task_id)
+                path = out / "libero_hdf5" / f"{task.name}_demo.hdf5"
+                files.append(
+                    str(write_libero_hdf5(path, demos, bddl_file=task.bddl_file, problem_name=task.name))
+                )
+    if "lerobot" in config.formats:
+        files.append(str(write_lerobot_dataset(out / "lerobot", [d for ds in kept.values() for d in ds])))
+    summary = {
+        "config": dataclasses.asdict(config),
+        "episodes": episodes,
+        "kept": sum(len(d) for d in kept.values()),
+        "success_rate": sum(e["success"] for e in episodes) / len(episodes),
+        "files": files,
+        "record_s": round(time.perf_counter() - start, 1),
+    }
+    write_json_atomic(out / SUMMARY_FILE, json.loads(json.dumps(summary)))
+    return summary
