@@ -125,6 +125,7 @@ class PickPlace:
         self._yaw_offset = 0.0
         self._part_depth = 0.0
         self._place_xy: np.ndarray | None = None
+        self._failed_grasps: list[tuple[np.ndarray, float]] = []
         self._carry_z: float | None = None
         self._last_z: list[float] = []
 
@@ -154,7 +155,12 @@ class PickPlace:
         if self._grasp_local is None:
             rough_tip = max(float(box[2]) + 0.006, float(box[5]) - self.config.grasp_depth)
             try:
-                centre, yaw, part_depth = choose_grasp(scene, self.obj, rough_tip, self.config.narrow_ratio)
+                avoid = [
+                    ((pos + mat @ local)[:2], yaw_of(mat) + offset) for local, offset in self._failed_grasps
+                ]
+                centre, yaw, part_depth = choose_grasp(
+                    scene, self.obj, rough_tip, self.config.narrow_ratio, avoid=avoid
+                )
             except ValueError as exc:  # nothing to hold it by: give this goal up, never the episode
                 self.failed, self.reason = True, str(exc)
                 raise _GiveUp from exc
@@ -188,7 +194,9 @@ class PickPlace:
         self.steps_in_phase = 0
         self._last_z = []
 
-    def _retry(self) -> None:
+    def _retry(self, grasp_failed: bool = True) -> None:
+        if grasp_failed and self._grasp_local is not None:  # not this grasp again: the next best one
+            self._failed_grasps.append((self._grasp_local.copy(), self._yaw_offset))
         if self.attempts >= self.config.max_attempts:
             self.failed, self.reason = True, f"{self.attempts} attempts failed"
             self._enter("done")
@@ -310,8 +318,8 @@ class PickPlace:
         if goal[2] - now.eef[2] < 2 * self.config.tolerance or now.timed_out:
             if self.holds(now.scene):
                 self._enter("done")
-            else:  # it bounced or tipped out of place: pick it up again
-                self._retry()
+            else:  # it bounced or tipped out of place: pick it up again (the grasp was fine)
+                self._retry(grasp_failed=False)
         return self._move(now, goal, self.config.speed, -1.0)
 
     def _retreat_empty(self, now: _Now) -> np.ndarray:

@@ -7,7 +7,7 @@ robosuite's (x, y, z, w) order, as ``robot0_eef_quat`` reports it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from scipy.spatial.transform import Rotation
@@ -164,11 +164,16 @@ def rect_distance(
 
 
 def choose_grasp(
-    scene: Mapping[str, np.ndarray], name: str, tip_z: float, ratio: float
+    scene: Mapping[str, np.ndarray],
+    name: str,
+    tip_z: float,
+    ratio: float,
+    avoid: Sequence[tuple[np.ndarray, float]] = (),
 ) -> tuple[np.ndarray, float, float]:
     """The candidate grasp (centre xy, yaw, depth of its part's top below the object's top) whose
     open fingertips (and hand, for taller neighbours) keep farthest from other objects (up to
-    1.5 cm, enough), then the nearest to the robot's base, then the squarest and most central."""
+    1.5 cm, enough), then the nearest to the robot's base, then the squarest and most central.
+    Grasps in ``avoid`` (centre xy, yaw: ones that failed) come last: a retry tries another."""
     base = scene.get("scene/robot0_base/pos")
     base_xy = np.asarray(base, dtype=np.float64)[:2] if base is not None else None
     others = [scene_value(scene, other, "box") for other in scene_names(scene, "box") if other != name]
@@ -190,6 +195,8 @@ def choose_grasp(
         offset = float(np.linalg.norm(centre - candidates[0][0]))
         turn = abs(_fold(yaw - candidates[0][1]))
         score = 10.0 * min(clearance, 0.015) - reach - 0.01 * turn - 0.1 * offset
+        if any(np.linalg.norm(centre - c) < 0.01 and abs(_fold(yaw - y)) < 0.2 for c, y in avoid):
+            score -= 10.0
         if score > best_score:
             best, best_score = (centre, yaw, depth), score
     return best

@@ -327,3 +327,13 @@ def test_record_config_refuses_bad_settings():
                 {"orientation": "sideways"}, {"max_steps": 0}):  # fmt: skip
         with pytest.raises(ValueError):
             RecordConfig(**bad)
+
+
+def test_a_grasp_that_failed_is_not_tried_again_the_same_way():
+    scene = _box_scene("box_1", 0.3, (0.04, 0.02, 0.01))
+    first = sg.choose_grasp(scene, "box_1", tip_z=0.5, ratio=1.15)
+    second = sg.choose_grasp(scene, "box_1", tip_z=0.5, ratio=1.15, avoid=[(first[0], first[1])])
+    assert np.linalg.norm(second[0] - first[0]) >= 0.01 or abs(second[1] - first[1]) >= 0.2
+    # still across the narrow side, within the turns a box allows
+    narrow = Rotation.from_euler("z", 0.3).as_matrix()[:2, 1]
+    assert abs(float(sg.finger_axis(second[1]) @ narrow)) > np.cos(0.31)
