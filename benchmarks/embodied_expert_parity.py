@@ -19,39 +19,32 @@ package imports our simulator wrapper). Three steps:
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
-import math
 import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from embodied_port_parity import NOOP, _setup  # the stack setup both parity benchmarks share
+from embodied_port_parity import NOOP, _setup, parity_cli, stack_versions  # shared by both parity benchmarks
 
 REPO = Path(__file__).resolve().parent.parent
 MAX_STEPS = 520  # LIBERO-Long's policy-step limit
 SETTLE_STEPS = 10
 
 
-def _parse_indices(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        out.extend(range(int(lo), int(hi or lo) + 1))
-    return out
-
-
 def export(args) -> None:
+    from wmrl.embodied.env.splits import parse_indices
     from wmrl.embodied.env.suites import get_task, load_init_states
 
-    tasks, states = _parse_indices(args.tasks), _parse_indices(args.states)
+    tasks, states = parse_indices(args.tasks), parse_indices(args.states)
     arrays, names = {}, []
     for t in tasks:
         task = get_task("libero_10", t)
-        arrays[f"states_{t}"] = load_init_states(task)[states]
+        arrays[f"states_{t}"] = load_init_states(task)[
+            list(states)
+        ]  # a list picks rows; a tuple would index dimensions
         names.append(Path(task.bddl_file).name)
     np.savez(args.out, tasks=np.array(tasks), states=np.array(states), bddl=np.array(names), **arrays)
     print(f"wrote {args.out}: tasks {tasks}, {len(states)} initial states each")
@@ -65,8 +58,6 @@ def _load_file(name: str, path: Path):
 
 
 def run(args) -> None:
-    import importlib.metadata as md
-
     stack = _setup()
     from libero.libero import get_libero_path
     from libero.libero.envs.env_wrapper import ControlEnv
@@ -75,12 +66,7 @@ def run(args) -> None:
 
     read_scene = _load_file("scene_state", REPO / "embodied" / "env" / "scene_state.py").read_scene
     data = np.load(args.inputs)
-    out = {"stack": stack, "versions": {}, "episodes": []}
-    for dist in ("robosuite", "mujoco", "numpy", "rpent-libero", "rlinf-libero"):
-        try:
-            out["versions"][dist] = md.version(dist)
-        except md.PackageNotFoundError:
-            out["versions"][dist] = None
+    out = {"stack": stack, "versions": stack_versions(), "episodes": []}
     start = time.perf_counter()
     for t, bddl in zip(data["tasks"], data["bddl"], strict=True):
         path = os.path.join(get_libero_path("bddl_files"), "libero_10", str(bddl))
@@ -114,13 +100,6 @@ def run(args) -> None:
     print(f"wrote {args.out} ({stack}, {out['versions']})")
 
 
-def _wilson(k: int, n: int) -> tuple[float, float]:
-    z = 1.96
-    centre = (k + z * z / 2) / (n + z * z)
-    half = z * math.sqrt(k * (n - k) / n + z * z / 4) / (n + z * z)
-    return centre - half, centre + half
-
-
 def _rate(k: int, n: int, interval: tuple[float, float]) -> str:
     return f"{k}/{n} = {100 * k / n:.0f}% [{100 * interval[0]:.0f}, {100 * interval[1]:.0f}]"
 
@@ -134,6 +113,7 @@ def _steps(mean_ci: tuple[float | None, float | None]) -> str:
 
 def compare(args) -> None:
     from wmrl.core.bench.intervals import mean_and_ci95
+    from wmrl.embodied.eval.metrics import wilson_interval
 
     a, b = (json.loads(Path(p).read_text()) for p in (args.a, args.b))
     print(f"A = {a['stack']} {a['versions']}\nB = {b['stack']} {b['versions']}")
@@ -150,8 +130,8 @@ def compare(args) -> None:
         sa = mean_and_ci95([float(x["steps"]) for x, _ in pairs if x["success"]])
         sb = mean_and_ci95([float(y["steps"]) for _, y in pairs if y["success"]])
         row = {
-            "task": task, "n": n, "success_a": ka, "success_b": kb, "wilson_a": _wilson(ka, n),
-            "wilson_b": _wilson(kb, n), "outcome_differs": differ, "steps_a": sa, "steps_b": sb,
+            "task": task, "n": n, "success_a": ka, "success_b": kb, "wilson_a": wilson_interval(ka, n),
+            "wilson_b": wilson_interval(kb, n), "outcome_differs": differ, "steps_a": sa, "steps_b": sb,
         }  # fmt: skip
         rows.append(row)
         print(
@@ -165,21 +145,11 @@ def compare(args) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
-    e = sub.add_parser("export")
-    e.add_argument("--out", required=True)
-    e.add_argument("--tasks", default="0-9")
-    e.add_argument("--states", default="0-49")
-    r = sub.add_parser("run")
-    r.add_argument("--inputs", required=True)
-    r.add_argument("--out", required=True)
-    c = sub.add_parser("compare")
-    c.add_argument("a")
-    c.add_argument("b")
-    c.add_argument("--out")
-    args = p.parse_args()
-    {"export": export, "run": run, "compare": compare}[args.cmd](args)
+    def export_arguments(parser) -> None:
+        parser.add_argument("--tasks", default="0-9")
+        parser.add_argument("--states", default="0-49")
+
+    parity_cli(__doc__, {"export": export, "run": run, "compare": compare}, export_arguments)
 
 
 if __name__ == "__main__":

@@ -113,19 +113,13 @@ def _positions(obs) -> dict[str, list[float]]:
 
 
 def run(args) -> None:
-    import importlib.metadata as md
 
     stack = _setup()
     from libero.libero import get_libero_path
     from libero.libero.envs.env_wrapper import ControlEnv
 
     data = np.load(args.inputs)
-    out = {"stack": stack, "versions": {}, "tasks": []}
-    for dist in ("robosuite", "mujoco", "numpy", "rpent-libero", "rlinf-libero"):
-        try:
-            out["versions"][dist] = md.version(dist)
-        except md.PackageNotFoundError:
-            out["versions"][dist] = None
+    out = {"stack": stack, "versions": stack_versions(), "tasks": []}
     for t, bddl in enumerate(data["bddl"]):
         state = data[f"state_{t}"]
         path = os.path.join(get_libero_path("bddl_files"), "libero_10", str(bddl))
@@ -193,13 +187,26 @@ def compare(args) -> None:
         Path(args.out).write_text(json.dumps(rows, indent=2))
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def stack_versions() -> dict[str, str | None]:
+    """The versions of the simulator stack's packages here (``None``: not installed)."""
+    import importlib.metadata as md
+
+    out: dict[str, str | None] = {}
+    for dist in ("robosuite", "mujoco", "numpy", "rpent-libero", "rlinf-libero"):
+        try:
+            out[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def parity_cli(doc: str, handlers: dict, add_export_arguments) -> None:
+    """The ``export`` / ``run`` / ``compare`` command line both parity benchmarks share."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("export")
     e.add_argument("--out", required=True)
-    e.add_argument("--init-state", type=int, default=0)
-    e.add_argument("--steps", type=int, default=100)
+    add_export_arguments(e)
     r = sub.add_parser("run")
     r.add_argument("--inputs", required=True)
     r.add_argument("--out", required=True)
@@ -208,7 +215,15 @@ def main() -> None:
     c.add_argument("b")
     c.add_argument("--out")
     args = p.parse_args()
-    {"export": export, "run": run, "compare": compare}[args.cmd](args)
+    handlers[args.cmd](args)
+
+
+def main() -> None:
+    def export_arguments(parser) -> None:
+        parser.add_argument("--init-state", type=int, default=0)
+        parser.add_argument("--steps", type=int, default=100)
+
+    parity_cli(__doc__, {"export": export, "run": run, "compare": compare}, export_arguments)
 
 
 if __name__ == "__main__":

@@ -32,23 +32,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SCENE_PREFIX", "read_scene", "scene_entry"]
+__all__ = ["SCENE_PREFIX", "read_scene"]
 
 SCENE_PREFIX = "scene/"
 
 # The 8 corners of a unit box, as signs of its half sizes.
 _CORNERS = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)], dtype=np.float64)
-
-
-def scene_entry(scene: dict[str, np.ndarray], name: str, field: str) -> np.ndarray:
-    """``scene["scene/<name>/<field>"]``, with an error naming what the scene holds when it is missing."""
-    key = f"{SCENE_PREFIX}{name}/{field}"
-    if key not in scene:
-        names = sorted(
-            {k[len(SCENE_PREFIX) :].rsplit("/", 1)[0] for k in scene if k.startswith(SCENE_PREFIX)}
-        )
-        raise KeyError(f"the scene has no {key!r}; it describes {names}")
-    return scene[key]
 
 
 def _raw_model_data(sim: Any) -> tuple[Any, Any]:

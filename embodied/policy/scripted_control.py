@@ -28,16 +28,17 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-from scipy.spatial.transform import Rotation
 
 from wmrl.embodied.policy.scripted_grasp import (
-    POSITION_SCALE,
+    EMPTY_GAP,
     TIP_BELOW_EEF,
     choose_grasp,
     choose_place,
     corridor_top,
-    hand_orientation,
-    rotation_action,
+    finger_gap,
+    fold_yaw,
+    hand_yaw,
+    move_action,
     scene_value,
     yaw_of,
 )
@@ -169,7 +170,7 @@ class PickPlace:
             self._part_depth = part_depth
         tip_z = max(float(box[2]) + 0.006, float(box[5]) - self._part_depth - self.config.grasp_depth)
         centre = pos + mat @ self._grasp_local
-        self._yaw = float((yaw_of(mat) + self._yaw_offset + np.pi / 2) % np.pi - np.pi / 2)
+        self._yaw = fold_yaw(yaw_of(mat) + self._yaw_offset)
         return np.array([centre[0], centre[1], tip_z + TIP_BELOW_EEF])
 
     def holds(self, scene: Mapping[str, np.ndarray]) -> bool:
@@ -208,16 +209,11 @@ class PickPlace:
 
     def _move(self, now: _Now, goal: np.ndarray, speed: float, grip: float) -> np.ndarray:
         """Toward ``goal`` at most ``speed`` per axis, turning the hand to the planned yaw."""
-        position = np.clip((goal - now.eef) / POSITION_SCALE, -speed, speed)
-        rotation = rotation_action(now.quat, hand_orientation(self._yaw or 0.0))
-        return np.concatenate([position, rotation, [grip]])
+        return move_action(now.obs, goal, self._yaw or 0.0, grip, speed)
 
     def _yaw_error(self, quat: np.ndarray) -> float:
         """Radians between the hand's yaw and the planned one (fingers are symmetric: mod pi)."""
-        hand = Rotation.from_quat(quat).as_matrix()
-        axis = hand[:2, 1]  # the fingers close along the hand's y axis
-        error = np.arctan2(axis[0], -axis[1]) - (self._yaw or 0.0)
-        return float((error + np.pi / 2) % np.pi - np.pi / 2)
+        return fold_yaw(hand_yaw(quat) - (self._yaw or 0.0))
 
     def _stalled(self, z: float) -> bool:
         """True when the hand has stopped descending for 4 steps (it rests on something)."""
@@ -270,7 +266,7 @@ class PickPlace:
 
     def _close(self, now: _Now) -> np.ndarray:
         if self.steps_in_phase >= self.config.close_steps:
-            if _finger_gap(now.obs) > _EMPTY_GAP:
+            if finger_gap(now.obs) > EMPTY_GAP:
                 self._enter("lift")
             else:  # fully shut: nothing in the hand
                 self._retry()
@@ -356,21 +352,13 @@ class _Now(NamedTuple):
     timed_out: bool
 
 
-# Finger gap (metres, both fingers) below which the hand holds nothing.
-_EMPTY_GAP = 0.003
-
-
-def _finger_gap(obs: Mapping[str, np.ndarray]) -> float:
-    return float(np.sum(np.abs(obs["robot0_gripper_qpos"])))
-
-
 def _lost(now: _Now) -> bool:
     """True when the hand is shut on nothing or the object is no longer at the fingertips."""
     eef, box = now.eef, now.box
     tip_z = eef[2] - TIP_BELOW_EEF
     inside_xy = np.all(eef[:2] > box[:2] - 0.03) and np.all(eef[:2] < box[3:5] + 0.03)
     inside_z = box[2] - 0.03 < tip_z < box[5] + 0.03
-    return _finger_gap(now.obs) < _EMPTY_GAP or not (inside_xy and inside_z)
+    return finger_gap(now.obs) < EMPTY_GAP or not (inside_xy and inside_z)
 
 
 class ScriptedController:

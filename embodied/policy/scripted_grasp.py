@@ -13,6 +13,7 @@ import numpy as np
 from scipy.spatial.transform import Rotation
 
 __all__ = [
+    "EMPTY_GAP",
     "POSITION_SCALE",
     "ROTATION_SCALE",
     "TIP_BELOW_EEF",
@@ -21,8 +22,12 @@ __all__ = [
     "choose_place",
     "corridor_top",
     "finger_axis",
+    "finger_gap",
+    "fold_yaw",
     "grasp_candidates",
     "hand_orientation",
+    "hand_yaw",
+    "move_action",
     "rect_distance",
     "rotation_action",
     "scene_names",
@@ -76,6 +81,37 @@ _HAND_HALF_LENGTH = 0.10
 _HAND_HALF_WIDTH = 0.03
 
 
+def fold_yaw(yaw: float) -> float:
+    """A yaw in [-pi/2, pi/2): the fingers are symmetric, so yaw and yaw + pi grasp alike."""
+    return float((yaw + np.pi / 2) % np.pi - np.pi / 2)
+
+
+def hand_yaw(quat_xyzw: np.ndarray) -> float:
+    """The hand's yaw now (radians, as :func:`hand_orientation` measures it), from its quaternion."""
+    fingers = Rotation.from_quat(np.asarray(quat_xyzw, dtype=np.float64)).as_matrix()[:2, 1]
+    return float(np.arctan2(fingers[0], -fingers[1]))  # the fingers close along the hand's y axis
+
+
+EMPTY_GAP = 0.003
+"""Finger gap (metres, both fingers together) below which the hand holds nothing."""
+
+
+def finger_gap(obs: Mapping[str, np.ndarray]) -> float:
+    """How far apart the fingers are now (metres, ``robot0_gripper_qpos`` summed in magnitude)."""
+    return float(np.sum(np.abs(obs["robot0_gripper_qpos"])))
+
+
+def move_action(
+    obs: Mapping[str, np.ndarray], goal: np.ndarray, yaw: float, grip: float, speed: float
+) -> np.ndarray:
+    """The action ``(7,)`` toward ``goal`` (at most ``speed`` per axis), turning the hand to ``yaw``,
+    with the gripper command ``grip``."""
+    eef = np.asarray(obs["robot0_eef_pos"], dtype=np.float64)
+    position = np.clip((goal - eef) / POSITION_SCALE, -speed, speed)
+    rotation = rotation_action(np.asarray(obs["robot0_eef_quat"], dtype=np.float64), hand_orientation(yaw))
+    return np.concatenate([position, rotation, [grip]])
+
+
 def finger_axis(yaw: float) -> np.ndarray:
     """The horizontal direction ``(2,)`` the fingers close along at ``yaw``."""
     return np.array([np.sin(yaw), -np.cos(yaw)])
@@ -113,12 +149,12 @@ def grasp_candidates(
             narrow, long = (a, b) if extent[a] < extent[b] else (b, a)
             across = mat[:2, narrow] / max(np.linalg.norm(mat[:2, narrow]), 1e-9)
             along = mat[:2, long] / max(np.linalg.norm(mat[:2, long]), 1e-9)
-            yaw = _fold(float(np.arctan2(across[0], -across[1])))  # fingers along (sin yaw, -cos yaw)
+            yaw = fold_yaw(float(np.arctan2(across[0], -across[1])))  # fingers along (sin yaw, -cos yaw)
             room = max(0.0, extent[long] - 0.015)
             shifts = sorted(np.linspace(-room, room, 7), key=abs) if room > 0 else [0.0]  # the centre first
             # slightly turned grasps still hold a box, and may clear a neighbour the square one hits
             whole = [
-                (centre + s * along, _fold(yaw + turn), 0.0) for s in shifts for turn in (0.0, 0.3, -0.3)
+                (centre + s * along, fold_yaw(yaw + turn), 0.0) for s in shifts for turn in (0.0, 0.3, -0.3)
             ]
     return whole or _wall_candidates(scene, name)
 
@@ -140,13 +176,8 @@ def _wall_candidates(scene: Mapping[str, np.ndarray], name: str) -> list[tuple[n
     for row in tallest:
         normal = row[3:5] / max(np.linalg.norm(row[3:5]), 1e-9)
         plate_top = row[2] + row[10]
-        out.append((row[:2].copy(), _fold(float(np.arctan2(normal[0], -normal[1]))), top - plate_top))
+        out.append((row[:2].copy(), fold_yaw(float(np.arctan2(normal[0], -normal[1]))), top - plate_top))
     return out
-
-
-def _fold(yaw: float) -> float:
-    """A yaw in [-pi/2, pi/2): the fingers are symmetric, so yaw and yaw + pi grasp alike."""
-    return float((yaw + np.pi / 2) % np.pi - np.pi / 2)
 
 
 def rect_distance(
@@ -193,9 +224,9 @@ def choose_grasp(
         )
         reach = float(np.linalg.norm(centre - base_xy)) if base_xy is not None else 0.0
         offset = float(np.linalg.norm(centre - candidates[0][0]))
-        turn = abs(_fold(yaw - candidates[0][1]))
+        turn = abs(fold_yaw(yaw - candidates[0][1]))
         score = 10.0 * min(clearance, 0.015) - reach - 0.01 * turn - 0.1 * offset
-        if any(np.linalg.norm(centre - c) < 0.01 and abs(_fold(yaw - y)) < 0.2 for c, y in avoid):
+        if any(np.linalg.norm(centre - c) < 0.01 and abs(fold_yaw(yaw - y)) < 0.2 for c, y in avoid):
             score -= 10.0
         if score > best_score:
             best, best_score = (centre, yaw, depth), score

@@ -14,19 +14,18 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
-from scipy.spatial.transform import Rotation
 
 from wmrl.embodied.policy.scripted_grasp import (
-    POSITION_SCALE,
+    EMPTY_GAP,
     TIP_BELOW_EEF,
-    hand_orientation,
-    rotation_action,
+    finger_gap,
+    fold_yaw,
+    hand_yaw,
+    move_action,
     scene_value,
 )
 
 __all__ = ["TurnKnob"]
-
-_EMPTY_GAP = 0.003  # finger gap (metres, both fingers) of a hand shut on nothing
 
 
 class TurnKnob:
@@ -84,13 +83,8 @@ class TurnKnob:
 
     def _move(
         self, obs: Mapping[str, np.ndarray], goal: np.ndarray, yaw: float, grip: float, speed: float = 0.6
-    ):
-        eef = np.asarray(obs["robot0_eef_pos"], dtype=np.float64)
-        position = np.clip((goal - eef) / POSITION_SCALE, -speed, speed)
-        rotation = rotation_action(
-            np.asarray(obs["robot0_eef_quat"], dtype=np.float64), hand_orientation(yaw)
-        )
-        return np.concatenate([position, rotation, [grip]])
+    ) -> np.ndarray:
+        return move_action(obs, goal, yaw, grip, speed)
 
     def _other_grip(self) -> None:
         if self.attempts >= self.max_attempts:
@@ -98,7 +92,7 @@ class TurnKnob:
             self._enter("done")
             return
         self.attempts += 1
-        self._yaw = (self._yaw + np.pi / 2 + np.pi / 2) % np.pi - np.pi / 2
+        self._yaw = fold_yaw(self._yaw + np.pi / 2)
         self._enter("let_go")
 
     def act(self, obs: Mapping[str, np.ndarray], scene: Mapping[str, np.ndarray]) -> np.ndarray | None:
@@ -136,7 +130,7 @@ class TurnKnob:
 
     def _close(self, now: _KnobNow) -> np.ndarray:
         if self.steps_in_phase >= 12:
-            if float(np.sum(np.abs(now.obs["robot0_gripper_qpos"]))) > _EMPTY_GAP:
+            if finger_gap(now.obs) > EMPTY_GAP:
                 self._hold = now.eef.copy()
                 self._enter("twist")
             else:  # shut on nothing
@@ -154,12 +148,12 @@ class TurnKnob:
     def _release(self, now: _KnobNow) -> np.ndarray:
         if self.steps_in_phase >= 8:
             self._enter("rise")
-        return self._move(now.obs, now.eef, _hand_yaw(now.obs), -1.0)
+        return self._move(now.obs, now.eef, hand_yaw(now.obs["robot0_eef_quat"]), -1.0)
 
     def _let_go(self, now: _KnobNow) -> np.ndarray:
         if self.steps_in_phase >= 8:
             self._enter("approach_again")
-        return self._move(now.obs, now.eef, _hand_yaw(now.obs), -1.0)
+        return self._move(now.obs, now.eef, hand_yaw(now.obs["robot0_eef_quat"]), -1.0)
 
     def _rise(self, now: _KnobNow) -> np.ndarray:
         return self._up(now, then="done")
@@ -170,7 +164,12 @@ class TurnKnob:
     def _up(self, now: _KnobNow, then: str) -> np.ndarray:
         if now.eef[2] >= now.above[2] - 0.02 or now.timed_out:
             self._enter(then)
-        return self._move(now.obs, np.array([now.eef[0], now.eef[1], now.above[2]]), _hand_yaw(now.obs), -1.0)
+        return self._move(
+            now.obs,
+            np.array([now.eef[0], now.eef[1], now.above[2]]),
+            hand_yaw(now.obs["robot0_eef_quat"]),
+            -1.0,
+        )
 
 
 class _KnobNow(NamedTuple):
@@ -182,10 +181,3 @@ class _KnobNow(NamedTuple):
     above: np.ndarray  # (3,) the hand's waypoint above the knob
     grip_at: np.ndarray  # (3,) where the hand grips it
     timed_out: bool
-
-
-def _hand_yaw(obs: Mapping[str, np.ndarray]) -> float:
-    """The hand's yaw now (radians, as ``hand_orientation`` measures it): hold it while letting go."""
-    hand = Rotation.from_quat(np.asarray(obs["robot0_eef_quat"], dtype=np.float64)).as_matrix()
-    axis = hand[:2, 1]
-    return float(np.arctan2(axis[0], -axis[1]))
