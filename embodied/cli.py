@@ -2,6 +2,7 @@
 
 * ``wmrl train embodied [--smoke]``: GRPO/PPO for a VLA on LIBERO (the flags every domain shares).
 * ``wmrl train embodied-sft``: behaviour cloning on demonstrations, the stage RL starts from.
+* ``wmrl train embodied-wm``: a Robometer trained on recorded successes and failures, with its fidelity.
 * ``wmrl eval embodied`` (also ``wmrl eval libero``): LIBERO success, Best@k / All@k, videos.
 * ``wmrl serve robometer``: Robometer's HTTP server on a local checkpoint (health endpoint, batching).
 
@@ -65,6 +66,17 @@ def register(root) -> None:
         preset_flags={"--smoke": ("smoke", "the CPU smoke preset (same as --config smoke)")},
         stage=True,  # supervised: checkpoints complete with wmrl_stage.json, not a correction's state
     )
+    root.train(
+        "embodied-wm",
+        "train a Robometer (progress and success heads) on recorded LIBERO episodes, successes and "
+        "failures, and measure how well its scores separate them on held-out episodes",
+        config="wmrl.embodied.worldmodel.train_config:WorldModelTrainConfig",
+        run="wmrl.embodied.worldmodel.training:run_wm_from_cli",
+        presets="wmrl.embodied.worldmodel.train_config:PRESETS",
+        default_out="runs/train_embodied_wm/{time}",
+        preset_flags={"--smoke": ("smoke", "a minute-long CPU run (same as --config smoke)")},
+        stage=True,
+    )
     _add_record_command(root)
     root.group("serve", "serve a model over HTTP (a world model that trainers on other machines call)")
     serve = root.subcommand(
@@ -111,6 +123,11 @@ def _add_record_command(root) -> None:
         "--max-steps", type=int, default=None, help="policy steps per episode (default: the suite's)"
     )
     cmd.add_argument(
+        "--action-noise", type=float, default=0.0,
+        help="std of Gaussian noise on the 6 arm dimensions of every action (perturbed runs; default 0)",
+    )  # fmt: skip
+    cmd.add_argument("--noise-seed", type=int, default=0, help="seed of the action noise")
+    cmd.add_argument(
         "--out", default="runs/demos", help="the folder written (refused if it holds a recording)"
     )
 
@@ -126,7 +143,8 @@ def _record_demos(args) -> int:
             policy=args.policy, suite=args.suite, tasks=parse_indices(args.tasks), states=parse_indices(args.states),
             camera=args.camera, image_size=args.image_size, orientation=args.orientation,
             formats=tuple(f.strip() for f in args.formats.split(",") if f.strip()),
-            keep_failures=args.keep_failures, max_steps=args.max_steps, out_dir=args.out,
+            keep_failures=args.keep_failures, max_steps=args.max_steps, action_noise=args.action_noise,
+            noise_seed=args.noise_seed, out_dir=args.out,
         )  # fmt: skip
         summary = record_demonstrations(
             config,

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from wmrl.embodied.env.images import check_orientation
 from wmrl.embodied.env.suites import DEFAULT_SUITE, SUITE_NUM_TASKS, check_suite
 
@@ -44,6 +46,12 @@ class RecordConfig:
         formats: ``libero_hdf5`` and/or ``lerobot``.
         keep_failures: also keep episodes that did not reach the goal (marked ``success=False``).
         max_steps: policy steps per episode (``None``: the suite's).
+        action_noise: standard deviation of Gaussian noise added to the six arm dimensions of every
+            action (in action units, clipped back to [-1, 1]; the gripper is left alone); 0 = none.
+            Perturbed expert runs, some of which fail, are what a world model learns failure from.
+            The noisy action is the one executed and recorded.
+        noise_seed: seeds the noise; each (task, state) episode draws from its own stream, so an
+            episode's noise does not depend on which others are recorded.
         out_dir: the folder written (``libero_hdf5/``, ``lerobot/``, ``record.json``).
     """
 
@@ -57,6 +65,8 @@ class RecordConfig:
     formats: tuple[str, ...] = FORMATS
     keep_failures: bool = False
     max_steps: int | None = None
+    action_noise: float = 0.0
+    noise_seed: int = 0
     out_dir: str = "runs/demos"
 
     def __post_init__(self) -> None:
@@ -78,6 +88,27 @@ class RecordConfig:
             raise ValueError(f"formats must be some of {list(FORMATS)}; got {list(self.formats)}")
         if self.max_steps is not None and (not isinstance(self.max_steps, int) or self.max_steps < 1):
             raise ValueError(f"max_steps must be a positive integer or None; got {self.max_steps!r}")
+        if not (isinstance(self.action_noise, (int, float)) and 0.0 <= self.action_noise <= 2.0):
+            raise ValueError(
+                f"action_noise must be a standard deviation in [0, 2]; got {self.action_noise!r}"
+            )
+        if not isinstance(self.noise_seed, int) or self.noise_seed < 0:
+            raise ValueError(f"noise_seed must be an integer >= 0; got {self.noise_seed!r}")
+
+
+def perturbed(
+    act: Callable[[Any], np.ndarray], sigma: float, rng: np.random.Generator
+) -> Callable[[Any], np.ndarray]:
+    """``act`` with ``N(0, sigma)`` added to the arm dimensions (0-5) of each ``(7,)`` action, clipped to [-1, 1]."""
+    if sigma == 0:
+        return act
+
+    def noisy(obs: Any) -> np.ndarray:
+        action = np.array(act(obs), dtype=np.float64)
+        action[:6] = np.clip(action[:6] + rng.normal(0.0, sigma, size=6), -1.0, 1.0)
+        return action
+
+    return noisy
 
 
 def record_demonstrations(
@@ -120,9 +151,14 @@ def record_demonstrations(
             for state in config.states:
                 policy.reset()
                 t0 = time.perf_counter()
+                act = perturbed(
+                    lambda obs: policy.act(obs, env.instruction).action,
+                    float(config.action_noise),
+                    np.random.default_rng([config.noise_seed, task_id, state]),
+                )
                 demo = record_demo(
                     env,
-                    lambda obs, _t: policy.act(obs, env.instruction).action,
+                    lambda obs, _t, act=act: act(obs),
                     init_state=state,
                     task_id=task_id,
                 )

@@ -91,6 +91,8 @@ class SFTTrainer:
             orientation=data.orientation,
             render_size=self.image_size,
         )
+        if config.train_vision:
+            self.policy.model.vision.requires_grad_(True)
         self.stats_key = data.stats_key or data.suite
         self.policy.set_dataset_statistics({self.stats_key: action_statistics(self.demos)}, self.stats_key)
         self.samples: SFTSamples = make_samples(self.policy, self.demos, data.camera)

@@ -202,6 +202,9 @@ class EmbodiedSFTConfig:
         weight_decay: AdamW's weight decay.
         max_grad_norm: global gradient-norm clip (``null``: none; the norm is logged either way).
         lora: adapters on the LLM (``enabled=false``: projector + LLM fully; the vision towers stay frozen).
+        train_vision: also train the vision towers, fully. For a policy learned from scratch (the tiny
+            random one): a frozen *random* tower leaves the policy only random image features. A
+            pretrained MiniVLA keeps its towers frozen, as the official recipe does.
         policy: the VLA to fine-tune.
         data: the demonstrations.
         evaluation: the LIBERO evaluation hook.
@@ -221,6 +224,7 @@ class EmbodiedSFTConfig:
     weight_decay: float = 0.0
     max_grad_norm: float | None = 1.0
     lora: LoraConfig = field(default_factory=_lora)
+    train_vision: bool = False
     policy: SFTPolicySpec = field(default_factory=SFTPolicySpec)
     data: SFTDataConfig = field(default_factory=lambda: SFTDataConfig(paths=("demos",)))
     evaluation: SFTEvalConfig = field(default_factory=SFTEvalConfig)

@@ -131,12 +131,12 @@ class Robometer:
         return cls(model, tokenizer, device=device, dtype=dtype, batch_size=batch_size)
 
     @classmethod
-    def tiny(cls, seed: int = 0, **kwargs: Any) -> Robometer:
-        """The random tiny model (:mod:`wmrl.embodied.worldmodel.tiny`)."""
-        from wmrl.embodied.worldmodel.tiny import TINY_ROBOMETER, tiny_robometer_tokenizer
+    def tiny(cls, seed: int = 0, patch_size: int = 16, **kwargs: Any) -> Robometer:
+        """The random tiny model (:mod:`wmrl.embodied.worldmodel.tiny`), ``patch_size``-pixel patches."""
+        from wmrl.embodied.worldmodel.tiny import tiny_robometer_config, tiny_robometer_tokenizer
 
         torch.manual_seed(seed)
-        return cls(RobometerModel(TINY_ROBOMETER), tiny_robometer_tokenizer(), **kwargs)
+        return cls(RobometerModel(tiny_robometer_config(patch_size)), tiny_robometer_tokenizer(), **kwargs)
 
     def save_pretrained(self, path: str | Path, max_shard_bytes: int | None = None) -> Path:
         """Write a Robometer-layout checkpoint folder (weights, config.json, config.yaml, tokenizer)."""

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from wmrl.embodied.worldmodel.robometer_config import RobometerConfig
+from wmrl.embodied.worldmodel.robometer_config import ImageConfig, RobometerConfig
 
 __all__ = [
     "CheckpointKeyError",
@@ -208,7 +208,17 @@ def read_robometer_config(path: str | Path, vocab_rows: int | None = None) -> Ro
         base = str(model.get("base_model_id", "Qwen3-VL"))
         if "Qwen3" not in base:
             raise ValueError(f"{experiment}: base model {base!r} is not a Qwen3-VL model")
-    config = RobometerConfig(backbone=backbone, n_bins=n_bins, name=path.name, data_resized=resized)
+    # Frames are cut into the vision tower's own patches (16 px, 2x2 merge, 2 frames for Robometer-4B;
+    # a model trained here may use smaller patches), so the preprocessing follows its config.
+    vision = backbone.get("vision_config") or {}
+    image = ImageConfig(
+        patch_size=int(vision.get("patch_size", 16)),
+        merge_size=int(vision.get("spatial_merge_size", 2)),
+        temporal_patch_size=int(vision.get("temporal_patch_size", 2)),
+    )
+    config = RobometerConfig(
+        backbone=backbone, n_bins=n_bins, name=path.name, data_resized=resized, image=image
+    )
     if vocab_rows is not None and vocab_rows != config.vocab_size:
         config = config.with_vocab(vocab_rows)
     return config

@@ -9,6 +9,7 @@ and Robometer's five tokens: 256 byte ids + 12 specials = 268 ids (``<|image_pad
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from wmrl.embodied.policy.tokenizer import byte_level_tokenizer
@@ -18,7 +19,7 @@ from wmrl.embodied.worldmodel.robometer_config import (
     RobometerConfig,
 )
 
-__all__ = ["TINY_ROBOMETER", "tiny_robometer_tokenizer"]
+__all__ = ["TINY_ROBOMETER", "tiny_robometer_config", "tiny_robometer_tokenizer"]
 
 _SPECIALS = (*QWEN_VL_SPECIAL_TOKENS, *ROBOMETER_SPECIAL_TOKENS)
 _ID = {token: 256 + i for i, token in enumerate(_SPECIALS)}
@@ -70,6 +71,25 @@ TINY_ROBOMETER = RobometerConfig(
     n_bins=10,
     name="tiny-robometer",
 )
+
+
+def tiny_robometer_config(patch_size: int = 16) -> RobometerConfig:
+    """The tiny configuration with the vision tower cutting frames into ``patch_size``-pixel patches.
+
+    16 is Qwen3-VL's (a 64 px frame: 4 LLM tokens after the 2x2 merge); 8 gives the same frame 16
+    tokens, the resolution a world model needs to see small objects in small renders.
+    """
+    if patch_size == 16:
+        return TINY_ROBOMETER
+    if not isinstance(patch_size, int) or patch_size < 2:
+        raise ValueError(f"patch_size must be an integer >= 2; got {patch_size!r}")
+    backbone = dict(TINY_ROBOMETER.backbone)
+    backbone["vision_config"] = dict(backbone["vision_config"], patch_size=patch_size)
+    return dataclasses.replace(
+        TINY_ROBOMETER,
+        backbone=backbone,
+        image=dataclasses.replace(TINY_ROBOMETER.image, patch_size=patch_size),
+    )
 
 
 def tiny_robometer_tokenizer() -> Any:

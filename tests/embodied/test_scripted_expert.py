@@ -324,9 +324,28 @@ def test_record_config_refuses_bad_settings():
     from wmrl.embodied.demos.record import RecordConfig
 
     for bad in ({"tasks": (10,)}, {"states": ()}, {"states": (1, 1)}, {"formats": ("hdf5",)}, {"image_size": 4},
-                {"orientation": "sideways"}, {"max_steps": 0}):  # fmt: skip
+                {"orientation": "sideways"}, {"max_steps": 0}, {"action_noise": -0.1},
+                {"action_noise": 3.0}, {"noise_seed": -1}):  # fmt: skip
         with pytest.raises(ValueError):
             RecordConfig(**bad)
+
+
+def test_perturbed_actions_add_seeded_noise_to_the_arm_only():
+    from wmrl.embodied.demos.record import perturbed
+
+    def act(obs):
+        return np.array([0.0, 0.5, -0.5, 0.99, 0.0, 0.0, 1.0])
+
+    assert perturbed(act, 0.0, np.random.default_rng(0)) is act
+    draws = [perturbed(act, 0.3, np.random.default_rng([1, 5, 3]))(None) for _ in range(2)]
+    np.testing.assert_array_equal(draws[0], draws[1])  # the same stream gives the same noise
+    noisy = perturbed(act, 0.3, np.random.default_rng(7))
+    samples = np.array([noisy(None) for _ in range(4000)])
+    assert np.all(samples[:, 6] == 1.0)  # the gripper command is left alone
+    assert np.all(np.abs(samples[:, :6]) <= 1.0)  # clipped to the action space
+    # unclipped dimensions: mean is the policy's action, std the noise's
+    np.testing.assert_allclose(samples[:, [0, 4, 5]].mean(0), 0.0, atol=0.02)
+    np.testing.assert_allclose(samples[:, [0, 4, 5]].std(0), 0.3, rtol=0.05)
 
 
 def test_a_grasp_that_failed_is_not_tried_again_the_same_way():

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from wmrl.core.cli import main
 from wmrl.core.config import ConfigError
@@ -220,3 +221,24 @@ def test_sft_with_lora_resumes_bit_identically(demo_file, tmp_path):
         )
         == 2
     )
+
+
+@pytest.mark.libero
+@pytest.mark.slow
+def test_train_vision_trains_the_vision_towers_and_only_then(demo_file, tmp_path):
+    from safetensors.torch import load_file
+
+    from wmrl.embodied.policy.minivla_policy import MiniVLAPolicy
+
+    path, _ = demo_file
+    start = {k: v for k, v in MiniVLAPolicy.tiny(seed=0).base_state_dict().items() if k.startswith("vision.")}
+    moved = {}
+    for flag in ("false", "true"):
+        out = tmp_path / f"sft-{flag}"
+        assert _sft(out, path, "epochs=1", f"train_vision={flag}") == 0
+        saved = load_file(str(out / "checkpoints" / "checkpoint-3" / "policy" / "model.safetensors"))
+        moved[flag] = sum(not torch.equal(saved[k], v) for k, v in start.items())
+        resolved = json.loads((out / "resolved.json").read_text())
+        moved[f"{flag}-params"] = resolved["trainable_parameters"]
+    assert moved["false"] == 0 and moved["true"] > 0
+    assert moved["true-params"] > moved["false-params"]
