@@ -169,6 +169,10 @@ def summarize(out: Path) -> dict[str, Any]:
                 "after_episodes": None if after is None else len(after),
                 "train_wall_s": round(sum(r.get("time/step_s") or 0 for r in metrics), 1),
                 "train_success_rate": [r.get("rollout/success_rate") for r in metrics],
+                # how the correction weighed the streams per step (wmrl mode; absent elsewhere)
+                "weight_world_model": [r.get("wmrl/weight_world_model") for r in metrics],
+                "calibrated": [r.get("wmrl/calibrated") for r in metrics],
+                "anchor_groups": [r.get("wmrl/anchor_groups") for r in metrics],
                 "spent": None
                 if cost is None
                 else {
@@ -201,25 +205,28 @@ def summary(args: argparse.Namespace) -> None:
         + ("not evaluated" if b is None else _pct(b["successes"], b["episodes"], b["wilson95"]))
     )
     print(
-        "| mode | after, per seed | after, pooled over seeds | training wall s (mean) | spent wall s per stream (mean) |"
+        "| mode | after, per seed | after, pooled over seeds | change from before (points) "
+        "| training wall s (mean) | spent wall s per stream (mean) |"
     )
-    print("|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|")
     for mode, row in rows["modes"].items():
         seeds = row["seeds"]
         if not seeds:
             continue
         per_seed = ", ".join(f"s{k}: {v['after_successes']}/{v['after_episodes']}" for k, v in seeds.items())
         pooled = row["after_pooled"]
+        after = "-" if pooled is None else _pct(pooled["successes"], pooled["episodes"], pooled["wilson95"])
+        change = "-"
+        if pooled is not None and b is not None:
+            delta = pooled["successes"] / pooled["episodes"] - b["successes"] / b["episodes"]
+            change = f"{100 * delta:+.0f}"
         streams: dict[str, list[float]] = {}
         for v in seeds.values():
             for name, c in (v["spent"] or {}).items():
                 streams.setdefault(name, []).append(c["wall_s"])
         spent = ", ".join(f"{k} {sum(x) / len(x):.1f}" for k, x in streams.items())
         wall = sum(v["train_wall_s"] for v in seeds.values()) / len(seeds)
-        print(
-            f"| {mode} | {per_seed} | {'-' if pooled is None else _pct(pooled['successes'], pooled['episodes'], pooled['wilson95'])} "
-            f"| {wall:.0f} | {spent} |"
-        )
+        print(f"| {mode} | {per_seed} | {after} | {change} | {wall:.0f} | {spent} |")
 
 
 def main() -> None:
