@@ -77,12 +77,12 @@ def _evaluate(args: argparse.Namespace, policy: str, out: Path) -> None:
 
 
 def _last_policy(train_dir: Path) -> str:
-    checkpoints = sorted(
-        (train_dir / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1])
-    )
-    if not checkpoints:
-        raise SystemExit(f"{train_dir} holds no checkpoint")
-    return str(checkpoints[-1] / "policy")
+    from wmrl.core.rundir import latest_checkpoint
+
+    checkpoint = latest_checkpoint(train_dir)
+    if checkpoint is None:
+        raise SystemExit(f"{train_dir} holds no complete checkpoint")
+    return str(checkpoint / "policy")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -114,20 +114,17 @@ def run(args: argparse.Namespace) -> None:
                     f"torch_threads={args.torch_threads}",
                     *args.set,
                 ]
+                preset = [] if args.config == "none" else ["--config", args.config]
                 cmd = [
                     *_wmrl(),
                     "train",
                     "embodied",
-                    "--config",
-                    args.config,
+                    *preset,
                     *overrides,
                     "--out",
                     str(train_dir),
                     "--no-progress",
                 ]
-                if args.config == "none":
-                    cmd.remove("--config")
-                    cmd.remove("none")
                 _run(cmd, out / f"train-{mode}-s{seed}.log")
             _evaluate(args, _last_policy(train_dir), out / f"eval-{mode}-s{seed}")
 

@@ -101,19 +101,27 @@ def make_samples(policy: Any, demos: Sequence[Demo], camera: str) -> SFTSamples:
     return SFTSamples(np.concatenate(frames), instructions, np.concatenate(tokens), np.concatenate(index))
 
 
-def _files(paths: Sequence[str], pattern: str) -> list[Path]:
+def find_files(
+    paths: Sequence[str], pattern: str, setting: str = "data.paths", recursive: bool = False
+) -> list[Path]:
+    """The files ``paths`` names: each file itself, each folder's files matching ``pattern`` (sorted;
+    in sub-folders too when ``recursive``).
+
+    Raises:
+        FileNotFoundError: a path does not exist, or a folder holds no matching file.
+    """
     out = []
     for p in paths:
         path = Path(p).expanduser()
         if path.is_dir():
-            found = sorted(path.glob(pattern))
+            found = sorted(path.rglob(pattern) if recursive else path.glob(pattern))
             if not found:
                 raise FileNotFoundError(f"{path} holds no {pattern} files")
             out.extend(found)
         elif path.is_file():
             out.append(path)
         else:
-            raise FileNotFoundError(f"data.paths: {path} does not exist")
+            raise FileNotFoundError(f"{setting}: {path} does not exist")
     return out
 
 
@@ -141,7 +149,7 @@ def load_demos(data: Any, cache: Path | None = None, *, progress: bool = False) 
         return [d.oriented(data.orientation) for d in cached], report | {"cached": True}
     if data.format == "libero_hdf5":
         demos = []
-        for f in _files(data.paths, "*.hdf5"):
+        for f in find_files(data.paths, "*.hdf5"):
             demos.extend(read_libero_hdf5(f, demos=data.demos, cameras=(data.camera,)))
     else:
         from wmrl.embodied.demos.lerobot_format import read_lerobot_dataset

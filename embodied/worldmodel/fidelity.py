@@ -29,15 +29,13 @@ __all__ = ["auroc", "bootstrap_auroc", "episode_scores", "fidelity_report"]
 
 
 def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
-    """Mann-Whitney AUROC of ``scores`` for binary ``labels`` (ties count half); ``None`` without both classes."""
-    s = np.asarray(scores, dtype=np.float64)
+    """AUROC of ``scores`` for binary ``labels`` (ties count half); ``None`` without both classes."""
+    from sklearn.metrics import roc_auc_score
+
     y = np.asarray(labels, dtype=bool)
-    pos, neg = s[y], s[~y]
-    if pos.size == 0 or neg.size == 0:
+    if y.all() or not y.any():
         return None
-    greater = (pos[:, None] > neg[None, :]).sum()
-    ties = (pos[:, None] == neg[None, :]).sum()
-    return float((greater + 0.5 * ties) / (pos.size * neg.size))
+    return float(roc_auc_score(y, np.asarray(scores, dtype=np.float64)))
 
 
 def bootstrap_auroc(

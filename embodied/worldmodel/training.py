@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +45,14 @@ from wmrl.embodied.worldmodel.train_config import WorldModelTrainConfig
 __all__ = ["Episode", "load_episodes", "run_wm_from_cli", "train_world_model", "two_hot", "window_labels"]
 
 
+@dataclass
 class Episode:
     """One recorded episode: frames ``uint8 (T, H, W, 3)``, its instruction and whether it succeeded."""
 
-    def __init__(self, frames: np.ndarray, instruction: str, success: bool, name: str = "") -> None:
-        self.frames, self.instruction, self.success, self.name = frames, instruction, bool(success), name
+    frames: np.ndarray
+    instruction: str
+    success: bool
+    name: str = ""
 
 
 def load_episodes(paths: Sequence[str], camera: str) -> list[Episode]:
@@ -59,19 +63,9 @@ def load_episodes(paths: Sequence[str], camera: str) -> list[Episode]:
         ValueError: an episode does not record whether it succeeded.
     """
     from wmrl.embodied.demos.libero_hdf5 import read_libero_hdf5
+    from wmrl.embodied.training.sft_data import find_files
 
-    files: list[Path] = []
-    for p in paths:
-        path = Path(p).expanduser()
-        if path.is_dir():
-            found = sorted(path.rglob("*.hdf5"))
-            if not found:
-                raise FileNotFoundError(f"{path} holds no .hdf5 episode file")
-            files.extend(found)
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise FileNotFoundError(f"{path} does not exist")
+    files = find_files(paths, "*.hdf5", setting="paths", recursive=True)
     episodes = []
     for f in files:
         for demo in read_libero_hdf5(f, cameras=(camera,)):
@@ -80,7 +74,9 @@ def load_episodes(paths: Sequence[str], camera: str) -> list[Episode]:
             if demo.length < 2:
                 continue  # one frame shows no progress
             episodes.append(
-                Episode(demo.oriented("upright").frames[camera], demo.instruction, demo.success, demo.name)
+                Episode(
+                    demo.oriented("upright").frames[camera], demo.instruction, bool(demo.success), demo.name
+                )
             )
     return episodes
 
