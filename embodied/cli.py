@@ -115,6 +115,11 @@ def _add_record_command(root) -> None:
         "--states", default="0-15", help="initial states, one episode each (default 0-15: in-domain)"
     )
     cmd.add_argument("--camera", default="agentview", help="the camera recorded (the one the VLA sees)")
+    cmd.add_argument(
+        "--wrist-camera",
+        default=None,
+        help="also record this camera (robot0_eye_in_hand) for a wrist-camera VLA; a policy that reads one gets it",
+    )
     cmd.add_argument("--image-size", type=int, default=128, help="square render side in pixels (default 128)")
     cmd.add_argument("--orientation", default="upright", help="upright | rotate180 | raw")
     cmd.add_argument("--formats", default="libero_hdf5,lerobot", help="libero_hdf5 and/or lerobot")
@@ -141,7 +146,7 @@ def _record_demos(args) -> int:
     try:
         config = RecordConfig(
             policy=args.policy, suite=args.suite, tasks=parse_indices(args.tasks), states=parse_indices(args.states),
-            camera=args.camera, image_size=args.image_size, orientation=args.orientation,
+            camera=args.camera, wrist_camera=args.wrist_camera, image_size=args.image_size, orientation=args.orientation,
             formats=tuple(f.strip() for f in args.formats.split(",") if f.strip()),
             keep_failures=args.keep_failures, max_steps=args.max_steps, action_noise=args.action_noise,
             noise_seed=args.noise_seed, out_dir=args.out,

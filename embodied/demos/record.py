@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,9 @@ class RecordConfig:
         tasks: task ids.
         states: fixed initial states to start from (one episode each).
         camera: the camera recorded (the one the VLA sees).
+        wrist_camera: a second camera recorded with it (``robot0_eye_in_hand``), for a wrist-camera VLA
+            (openvla-mini's ``-wrist`` variant); ``None`` = none. A policy that reads a wrist camera
+            gets it rendered, and recorded, whatever this says.
         image_size: square render side in pixels.
         orientation: orientation of the stored frames (``upright``, ``rotate180``, ``raw``).
         formats: ``libero_hdf5`` and/or ``lerobot``.
@@ -60,6 +63,7 @@ class RecordConfig:
     tasks: tuple[int, ...] = (0,)
     states: tuple[int, ...] = tuple(range(16))
     camera: str = "agentview"
+    wrist_camera: str | None = None
     image_size: int = 128
     orientation: str = "upright"
     formats: tuple[str, ...] = FORMATS
@@ -80,6 +84,8 @@ class RecordConfig:
             raise ValueError("tasks and states must not repeat")
         if not self.camera:
             raise ValueError("camera must name the camera to record")
+        if self.wrist_camera is not None and (not self.wrist_camera or self.wrist_camera == self.camera):
+            raise ValueError(f"wrist_camera must be None or another camera than {self.camera!r}")
         if not isinstance(self.image_size, int) or not 8 <= self.image_size <= 2048:
             raise ValueError(f"image_size must be an integer in [8, 2048]; got {self.image_size!r}")
         check_orientation(self.orientation)
@@ -94,6 +100,22 @@ class RecordConfig:
             )
         if not isinstance(self.noise_seed, int) or self.noise_seed < 0:
             raise ValueError(f"noise_seed must be an integer >= 0; got {self.noise_seed!r}")
+
+
+def recorded_cameras(config: RecordConfig, contract: Mapping[str, Any]) -> tuple[str, ...]:
+    """The cameras rendered and recorded: ``config.camera``, then the wrist camera if one is asked for.
+
+    Raises:
+        ValueError: the policy reads a camera other than ``config.camera`` as its main one, or a wrist
+            camera other than ``config.wrist_camera``.
+    """
+    main, wrist = contract.get("camera"), contract.get("wrist_camera")
+    if main is not None and main != config.camera:
+        raise ValueError(f"the policy reads camera {main!r}; record it with --camera {main}")
+    if wrist is not None and config.wrist_camera not in (None, wrist):
+        raise ValueError(f"the policy reads wrist camera {wrist!r}, not {config.wrist_camera!r}")
+    wrist = wrist or config.wrist_camera
+    return (config.camera,) if wrist is None else (config.camera, wrist)
 
 
 def perturbed(
@@ -137,9 +159,10 @@ def record_demonstrations(
         else load_policy(config.policy)
     )
     contract = getattr(policy, "observation_contract", None) or {}
+    cameras = recorded_cameras(config, contract)
     env = LiberoEnv(
         LiberoEnvConfig(
-            suite=config.suite, task_id=config.tasks[0], cameras=(config.camera,), image_height=config.image_size,
+            suite=config.suite, task_id=config.tasks[0], cameras=cameras, image_height=config.image_size,
             image_width=config.image_size, orientation=config.orientation, max_steps=config.max_steps,
             scene_state=bool(contract.get("scene_state", False)),
         )

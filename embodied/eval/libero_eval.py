@@ -179,10 +179,11 @@ class LiberoEvalConfig:
                 " (differs from the policy's)" if recorded not in (None, given) else ""
             )
         camera = contract.get("camera")
-        if camera is not None and self.cameras and camera not in self.cameras:
-            raise ValueError(
-                f"the policy reads camera {camera!r}, which is not in cameras {list(self.cameras)}"
-            )
+        for read in (camera, contract.get("wrist_camera")):
+            if read is not None and read not in self.cameras:
+                raise ValueError(
+                    f"the policy reads camera {read!r}, which is not in cameras {list(self.cameras)}"
+                )
         out["policy_camera"] = camera
         out["jpeg_quality"] = contract.get("jpeg_quality")
         # a privileged policy (the scripted expert) reads the simulator's scene

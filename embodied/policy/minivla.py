@@ -4,7 +4,10 @@ Architecture (Prismatic ``prism-qwen25-extra-dinosiglip-224px+0_5b``, arch ``no-
 
 * vision: two timm-compatible ViTs (:mod:`wmrl.embodied.policy.vit`) read the same 224 px image, each
   normalised its own way; the patch tokens of each one's *second-to-last* block are concatenated along
-  the channel axis: ``(B, 256, 1024 + 1152 = 2176)``;
+  the channel axis: ``(B, 256, 1024 + 1152 = 2176)``. Multi-image variants (openvla-mini's
+  ``image_sequence_len > 1``: the ``-wrist`` checkpoints read the third-person and the wrist image)
+  featurise each image alone with the same ViTs and concatenate the patch sequences in input order,
+  ``(B, T·256, 2176)``, with no separator (openvla-mini's ``compute_sequence_patches``);
 * projector (Prismatic's ``FusedMLPProjector``): ``Linear(2176, 4·2176) -> GELU -> Linear(8704, 896)
   -> GELU -> Linear(896, 896)``;
 * LLM: ``transformers.Qwen2ForCausalLM`` (Qwen2.5-0.5B: 24 layers, width 896) whose vocabulary holds
@@ -75,6 +78,8 @@ class MiniVLAConfig:
         action_dim: action tokens per step.
         n_bins: action bins (the extra tokens are the last ``n_bins`` ids of the tokenizer).
         name: a label for reports.
+        image_sequence_len: images read per step (openvla-mini's setting of the same name): 1, or 2
+            for the wrist-camera variant (third-person image, then wrist image).
     """
 
     dino: ViTConfig
@@ -84,6 +89,7 @@ class MiniVLAConfig:
     action_dim: int = 7
     n_bins: int = 256
     name: str = "minivla"
+    image_sequence_len: int = 1
 
     def __post_init__(self) -> None:
         require(
@@ -103,6 +109,10 @@ class MiniVLAConfig:
             "the LLM vocabulary must be larger than the number of action bins",
         )
         require(self.projector_mult > 0, "projector_mult must be > 0")
+        require(
+            isinstance(self.image_sequence_len, int) and self.image_sequence_len >= 1,
+            f"image_sequence_len must be an integer >= 1; got {self.image_sequence_len!r}",
+        )
         object.__setattr__(self, "llm", dict(self.llm))
 
     @property
@@ -119,7 +129,13 @@ class MiniVLAConfig:
 
     @property
     def num_patches(self) -> int:
+        """Patches of one image."""
         return self.dino.num_patches
+
+    @property
+    def image_tokens(self) -> int:
+        """Patch tokens a step's images put into the LLM's sequence (all ``image_sequence_len`` images)."""
+        return self.dino.num_patches * self.image_sequence_len
 
     def with_vocab(self, vocab_size: int) -> MiniVLAConfig:
         return replace(self, llm={**self.llm, "vocab_size": vocab_size})
@@ -152,17 +168,31 @@ class DinoSigLIPBackbone(nn.Module):
         self.siglip = VisionTransformer(siglip)
 
     def forward(self, pixel_values: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """``{"dino": (B, 3, S, S), "siglip": (B, 3, S, S)}`` -> ``(B, num_patches, D_dino + D_siglip)``."""
+        """Concatenated patch features of one image or of a sequence of images per row.
+
+        ``{"dino", "siglip"}`` each ``(B, 3, S, S)`` -> ``(B, P, D_dino + D_siglip)``, or each
+        ``(B, T, 3, S, S)`` -> ``(B, T·P, D_dino + D_siglip)``: every image featurised alone, the
+        sequences concatenated in image order.
+        """
         missing = {"dino", "siglip"} - set(pixel_values)
         if missing:
             raise KeyError(f"pixel_values needs keys 'dino' and 'siglip'; missing {sorted(missing)}")
-        return torch.cat(
+        dino, siglip = pixel_values["dino"], pixel_values["siglip"]
+        if dino.ndim != siglip.ndim or dino.shape[:-3] != siglip.shape[:-3] or dino.ndim not in (4, 5):
+            raise ValueError(
+                "pixel_values must be (B, 3, S, S) or (B, T, 3, S, S) for both backbones; got "
+                f"dino {tuple(dino.shape)}, siglip {tuple(siglip.shape)}"
+            )
+        lead = dino.shape[:-3]
+        features = torch.cat(
             [
-                self.dino.patch_features(pixel_values["dino"]),
-                self.siglip.patch_features(pixel_values["siglip"]),
+                self.dino.patch_features(dino.reshape(-1, *dino.shape[-3:])),
+                self.siglip.patch_features(siglip.reshape(-1, *siglip.shape[-3:])),
             ],
             dim=2,
         )
+        # (B·T, P, D) -> (B, T·P, D): each row's images' patches one after the other
+        return features.reshape(lead[0], -1, features.shape[-1])
 
 
 class FusedMLPProjector(nn.Module):
@@ -216,7 +246,17 @@ class MiniVLA(nn.Module):
         return llm.get_base_model() if hasattr(llm, "get_base_model") else llm
 
     def embed_images(self, pixel_values: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """``(B, num_patches, llm_dim)`` projected patch embeddings."""
+        """``(B, image_tokens, llm_dim)`` projected patch embeddings.
+
+        Raises:
+            ValueError: the rows carry another number of images than ``config.image_sequence_len``.
+        """
+        given = pixel_values["dino"].shape[1] if pixel_values["dino"].ndim == 5 else 1
+        if given != self.config.image_sequence_len:
+            raise ValueError(
+                f"this MiniVLA reads {self.config.image_sequence_len} image(s) a step, got {given} "
+                "(a wrist-camera model needs the wrist image too)"
+            )
         return self.projector(self.vision(pixel_values))
 
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:

@@ -2,7 +2,8 @@
 
 One step (openvla-mini's ``predict_action`` with our RL additions):
 
-1. the image under ``config.image_key`` goes through :class:`DinoSigLIPTransform`;
+1. the image under ``config.image_key`` goes through :class:`DinoSigLIPTransform` (followed by the one
+   under ``config.wrist_image_key`` for a wrist-camera model, in openvla-mini's order: third-person, wrist);
 2. the prompt is Prismatic's Qwen chat prompt ``<|im_start|>system\\n{system}<|im_end|>\\n<|im_start|>user\\n
    What action should the robot take to {instruction.lower()}?<|im_end|>\\n<|im_start|>assistant\\n``
    (the ``QwenPromptBuilder`` text; the "In: ... Out:" prompt belongs to Llama-based OpenVLA);
@@ -59,6 +60,9 @@ class MiniVLAPolicyConfig:
 
     Attributes:
         image_key: observation entry holding the upright ``uint8 (H, W, 3)`` third-person image.
+        wrist_image_key: observation entry of the wrist camera's image, read after the third-person
+            one, for a model with ``image_sequence_len == 2`` (openvla-mini's ``-wrist`` variant);
+            ``None`` for a one-image model. Rendered in the same orientation and size.
         unnorm_key: dataset statistics to un-normalise with (None: the only one in the checkpoint).
         temperature: 0 = greedy (evaluation); > 0 = sample (RL rollouts).
         constrain_to_actions: sample/score only among the 256 action tokens.
@@ -82,6 +86,7 @@ class MiniVLAPolicyConfig:
     """
 
     image_key: str = "agentview_image"
+    wrist_image_key: str | None = None
     unnorm_key: str | None = None
     temperature: float = 0.0
     constrain_to_actions: bool = True
@@ -110,6 +115,11 @@ class MiniVLAPolicyConfig:
         )
         require(bool(self.image_key), "image_key must be a non-empty observation key")
         require(
+            self.wrist_image_key is None
+            or (bool(self.wrist_image_key) and self.wrist_image_key != self.image_key),
+            f"wrist_image_key must be None or another observation key than image_key; got {self.wrist_image_key!r}",
+        )
+        require(
             self.orientation in ORIENTATIONS,
             f"orientation must be one of {', '.join(ORIENTATIONS)}; got {self.orientation!r}",
         )
@@ -137,10 +147,18 @@ class MiniVLAPolicyConfig:
         """What the policy expects its images to be (evaluation and training check against it)."""
         return {
             "camera": self.image_key.removesuffix("_image"),
+            "wrist_camera": None
+            if self.wrist_image_key is None
+            else self.wrist_image_key.removesuffix("_image"),
             "orientation": self.orientation,
             "render_size": self.render_size,
             "jpeg_quality": self.jpeg_quality,
         }
+
+    @property
+    def image_keys(self) -> tuple[str, ...]:
+        """The observation entries read a step, in the model's order (third-person, then wrist)."""
+        return (self.image_key,) if self.wrist_image_key is None else (self.image_key, self.wrist_image_key)
 
     @property
     def logprob_temperature(self) -> float:
@@ -174,6 +192,13 @@ class MiniVLAPolicy:
         rows = int(model.config.llm["vocab_size"])
         if rows < vocab_len:
             raise ValueError(f"the LLM has {rows} embedding rows but the tokenizer has {vocab_len} ids")
+        images = len(self.config.image_keys)
+        if model.config.image_sequence_len != images:
+            raise ValueError(
+                f"the model reads {model.config.image_sequence_len} image(s) a step but the policy gives it "
+                f"{images} ({list(self.config.image_keys)}); a wrist-camera model needs wrist_image_key "
+                "and a one-image model must not have one"
+            )
         self.dataset_statistics = dict(dataset_statistics)
         self.action_tokenizer = ActionTokenizer(vocab_len=vocab_len, n_bins=model.config.n_bins)
         self.normalizer = ActionNormalizer.from_statistics(self.dataset_statistics, self.config.unnorm_key)
@@ -215,6 +240,12 @@ class MiniVLAPolicy:
             step: checkpoint step to load (default: the highest).
         """
         run = read_run(run_dir, step)
+        if (
+            run.model_config.image_sequence_len == 2
+            and (config or MiniVLAPolicyConfig()).wrist_image_key is None
+        ):
+            # openvla-mini's LIBERO eval reads robosuite's eye-in-hand camera
+            config = replace(config or MiniVLAPolicyConfig(), wrist_image_key="robot0_eye_in_hand_image")
         tok_dir = Path(tokenizer_path) if tokenizer_path is not None else Path(run_dir) / "tokenizer"
         tokenizer = load_tokenizer(tok_dir)
         model = MiniVLA(run.model_config)
@@ -224,11 +255,16 @@ class MiniVLAPolicy:
 
     @classmethod
     def tiny(cls, seed: int = 0, config: MiniVLAPolicyConfig | None = None) -> MiniVLAPolicy:
-        """The random tiny model (:mod:`wmrl.embodied.policy.tiny`) with placeholder statistics."""
+        """The random tiny model (:mod:`wmrl.embodied.policy.tiny`) with placeholder statistics.
+
+        It reads two images a step when ``config.wrist_image_key`` is set, else one.
+        """
         from wmrl.embodied.policy.tiny import TINY_MINIVLA, tiny_dataset_statistics, tiny_tokenizer
 
+        config = config or MiniVLAPolicyConfig()
         torch.manual_seed(seed)
-        return cls(MiniVLA(TINY_MINIVLA), tiny_tokenizer(), tiny_dataset_statistics(), config)
+        model_config = replace(TINY_MINIVLA, image_sequence_len=len(config.image_keys))
+        return cls(MiniVLA(model_config), tiny_tokenizer(), tiny_dataset_statistics(), config)
 
     def save_prismatic(self, run_dir: str | Path, step: int = 0) -> Path:
         """Export a Prismatic-format run directory; LoRA adapters, if any, are merged into the exported copy."""
@@ -290,20 +326,29 @@ class MiniVLAPolicy:
         return ids
 
     def pixel_values(self, observations: Sequence[Mapping[str, np.ndarray]]) -> dict[str, torch.Tensor]:
-        """Preprocess B observations: ``{"dino", "siglip"}`` each ``(B, 3, S, S)`` on the model's device."""
-        frames = []
+        """Preprocess B observations on the model's device.
+
+        Returns:
+            ``{"dino", "siglip"}``, each ``(B, 3, S, S)`` for a one-image model, ``(B, T, 3, S, S)``
+            for a model reading ``T = len(config.image_keys)`` images a step.
+        """
+        keys = self.config.image_keys
+        per_key: list[list[np.ndarray]] = [[] for _ in keys]
         for obs in observations:
-            if self.config.image_key not in obs:
-                raise KeyError(
-                    f"observation has no {self.config.image_key!r} image; keys: {sorted(obs)} "
-                    "(set MiniVLAPolicyConfig.image_key)"
-                )
-            frames.append(obs[self.config.image_key])
+            for key, frames in zip(keys, per_key, strict=True):
+                if key not in obs:
+                    raise KeyError(
+                        f"observation has no {key!r} image; keys: {sorted(obs)} "
+                        "(set MiniVLAPolicyConfig.image_key / wrist_image_key, and render that camera)"
+                    )
+                frames.append(obs[key])
         if self.config.jpeg_quality is not None:
-            frames = [jpeg_round_trip(f, self.config.jpeg_quality) for f in frames]
-        batch = self.transform.batch(frames)
+            per_key = [[jpeg_round_trip(f, self.config.jpeg_quality) for f in frames] for frames in per_key]
+        batches = [self.transform.batch(frames) for frames in per_key]
         dtype = _DTYPES[self.config.dtype]
-        return {k: v.to(self.device, dtype) for k, v in batch.items()}
+        if len(batches) == 1:
+            return {k: v.to(self.device, dtype) for k, v in batches[0].items()}
+        return {k: torch.stack([b[k] for b in batches], dim=1).to(self.device, dtype) for k in batches[0]}
 
     # -- acting ------------------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> None:
@@ -599,6 +644,11 @@ class MiniVLAPolicy:
         other = MiniVLAPolicy.__new__(MiniVLAPolicy)
         other.__dict__.update(self.__dict__)
         other.config = replace(self.config, **changes).resolved()
+        if len(other.config.image_keys) != self.model.config.image_sequence_len:
+            raise ValueError(
+                f"the model reads {self.model.config.image_sequence_len} image(s) a step; "
+                f"image keys {list(other.config.image_keys)} do not match"
+            )
         other._prompt_cache = {}
         if "unnorm_key" in changes:
             other.normalizer = ActionNormalizer.from_statistics(

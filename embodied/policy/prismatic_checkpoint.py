@@ -23,7 +23,7 @@ import json
 import re
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ __all__ = [
     "CheckpointKeyError",
     "PrismaticRun",
     "find_checkpoint",
+    "images_per_step",
     "load_checkpoint_groups",
     "load_into",
     "load_mapped_state",
@@ -268,6 +269,26 @@ def resolve_base_vlm(base: Any, override: str | None = None) -> str:
     return base
 
 
+def images_per_step(vla: Mapping[str, Any]) -> int:
+    """The images a step reads under a run's ``vla`` section: 1, or 2 for the wrist-camera variant.
+
+    openvla-mini feeds ``obs_history`` frames of the third-person camera, interleaved with as many wrist
+    frames when ``use_wrist_image``; ``image_sequence_len`` counts them all. The wrist variant without
+    history (``-wrist``: 2 images, third-person then wrist) is implemented; history (``-t2``) is not.
+
+    Raises:
+        NotImplementedError: an image history.
+    """
+    length = int(vla.get("image_sequence_len", 1))
+    wrist = bool(vla.get("use_wrist_image", False))
+    if length != (2 if wrist else 1):
+        raise NotImplementedError(
+            f"image_sequence_len={length} with use_wrist_image={wrist} is an image-history MiniVLA "
+            "variant (-t2), which is not supported; one frame a step (optionally with the wrist image) is"
+        )
+    return length
+
+
 def read_run(run_dir: str | Path, step: int | None = None, base_vlm: str | None = None) -> PrismaticRun:
     """Parse a Prismatic VLA run directory (without loading weights).
 
@@ -275,7 +296,7 @@ def read_run(run_dir: str | Path, step: int | None = None, base_vlm: str | None 
 
     Raises:
         FileNotFoundError: a required file is missing.
-        NotImplementedError: a variant this loader does not implement (VQ action chunking, image history, wrist camera).
+        NotImplementedError: a variant this loader does not implement (VQ action chunking, image history).
         ValueError: an unknown base VLM.
     """
     run_dir = Path(run_dir)
@@ -293,14 +314,12 @@ def read_run(run_dir: str | Path, step: int | None = None, base_vlm: str | None 
             f"action_tokenizer {action_tokenizer!r} is not supported (only {SUPPORTED_ACTION_TOKENIZERS}); "
             "VQ action chunking (minivla-vq-*) needs the external vqvae package"
         )
-    if int(vla.get("image_sequence_len", 1)) != 1 or bool(vla.get("use_wrist_image", False)):
-        raise NotImplementedError(
-            "image history (-t2) and wrist-camera (-wrist) MiniVLA variants are not supported"
-        )
+    images = images_per_step(vla)
     if "wmrl_model" in config:
         model_config = MiniVLAConfig.from_json(config["wmrl_model"])
     else:
         model_config = BASE_VLMS[resolve_base_vlm(vla.get("base_vlm"), base_vlm)]
+    model_config = replace(model_config, image_sequence_len=images)
     stats = json.loads(stats_path.read_text())
     return PrismaticRun(model_config, stats, find_checkpoint(run_dir, step), vla)
 
@@ -345,8 +364,8 @@ def write_run(
         "vla_id": model_config.name,
         "base_vlm": model_config.name,
         "action_tokenizer": "extra_action_tokenizer",
-        "image_sequence_len": 1,
-        "use_wrist_image": False,
+        "image_sequence_len": model_config.image_sequence_len,
+        "use_wrist_image": model_config.image_sequence_len == 2,
         **(vla or {}),
     }
     config = {"vla": vla_section, "wmrl_model": model_config.to_json()}

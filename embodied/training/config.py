@@ -46,6 +46,10 @@ def check_loading(policy: Any) -> None:
         policy.dtype in ("auto", "float32", "bfloat16", "float16"),
         f"policy.dtype must be auto, float32, bfloat16 or float16; got {policy.dtype!r}",
     )
+    require(
+        policy.wrist_camera is None or bool(policy.wrist_camera),
+        "policy.wrist_camera must name a camera (robot0_eye_in_hand) or be null",
+    )
     if policy.checkpoint_step is not None:
         _positive_int("policy.checkpoint_step", policy.checkpoint_step, 0)
     if policy.jpeg_quality is not None:
@@ -77,6 +81,9 @@ class PolicySpec:
         device: ``auto`` (CUDA when available), ``cpu``, ``cuda``, ``cuda:N``.
         dtype: ``auto`` (bfloat16 on CUDA, float32 on a CPU), ``float32``, ``bfloat16``, ``float16``.
         tiny_seed: initialisation seed of the tiny model.
+        wrist_camera: the wrist camera (``robot0_eye_in_hand``) a ``tiny`` policy reads after the
+            third-person one (openvla-mini's ``-wrist`` variant: two images a step); ``null`` = none.
+            A checkpoint reads what it was trained on; another value than its own is refused.
     """
 
     source: str = "tiny"
@@ -89,6 +96,7 @@ class PolicySpec:
     device: str = "auto"
     dtype: str = "auto"
     tiny_seed: int = 0
+    wrist_camera: str | None = None
 
     def __post_init__(self) -> None:
         require(bool(self.source), "policy.source must be 'tiny' or a policy folder")

@@ -44,6 +44,8 @@ def acting_settings(spec: PolicySpec, image_key: str) -> dict[str, Any]:
     for key in ("unnorm_key", "center_crop", "jpeg_quality"):
         if getattr(spec, key) is not None:
             settings[key] = getattr(spec, key)
+    if spec.wrist_camera is not None:
+        settings["wrist_image_key"] = f"{spec.wrist_camera}_image"
     return settings
 
 
@@ -109,12 +111,19 @@ def build_policy(spec: PolicySpec, lora: LoraConfig, image_key: str, suite: str 
         path = Path(spec.source).expanduser()
         if (path / "minivla.json").is_file():
             saved = json.loads((path / "minivla.json").read_text())["policy"]
+            _check_wrist(spec, saved.get("wrist_image_key"), path)
             if spec.unnorm_key is None and saved.get("unnorm_key"):
                 settings["unnorm_key"] = saved["unnorm_key"]  # the statistics it was trained with
             policy = load_saved_policy(path, **settings)
             if policy.lora is not None:
                 policy = _merge_saved_adapters(policy)
         elif (path / "checkpoints").is_dir():
+            from wmrl.embodied.policy.prismatic_checkpoint import images_per_step
+
+            vla = json.loads((path / "config.json").read_text()).get("vla", {})
+            wrist = "robot0_eye_in_hand_image" if images_per_step(vla) == 2 else None
+            _check_wrist(spec, wrist, path)
+            settings["wrist_image_key"] = wrist
             policy = MiniVLAPolicy.from_prismatic(
                 path,
                 tokenizer_path=spec.tokenizer_path,
@@ -132,6 +141,18 @@ def build_policy(spec: PolicySpec, lora: LoraConfig, image_key: str, suite: str 
         policy.set_trainable(vision=False, projector=True, llm=True)
     policy.eval()
     return policy
+
+
+def _check_wrist(spec: PolicySpec, saved_key: str | None, path: Path) -> None:
+    """Refuse a ``policy.wrist_camera`` other than the checkpoint's own."""
+    if spec.wrist_camera is None:
+        return
+    if saved_key != f"{spec.wrist_camera}_image":
+        saved = None if saved_key is None else saved_key.removesuffix("_image")
+        raise ConfigError(
+            f"policy.wrist_camera={spec.wrist_camera!r} but {path} reads wrist camera {saved!r}; "
+            "leave policy.wrist_camera unset to use the checkpoint's"
+        )
 
 
 def make_reference(policy: Any, lora: LoraConfig) -> LogProbFn:

@@ -76,12 +76,16 @@ class SFTTrainer:
             torch.set_num_threads(config.torch_threads)
         run_dir.open()
         data = config.data
-        self.demos, self.demo_report = load_demos(data, run_dir.path / "demos", progress=progress)
-        self.image_size = int(self.demos[0].frames[data.camera].shape[1])
         torch.manual_seed(config.seed)
         self.policy = build_policy(
             config.policy.as_policy_spec(), config.lora, image_key=f"{data.camera}_image", suite=data.suite
         )
+        # the policy's cameras in its order: data.camera, then its wrist camera if it reads one
+        self.cameras = tuple(key.removesuffix("_image") for key in self.policy.config.image_keys)
+        self.demos, self.demo_report = load_demos(
+            data, run_dir.path / "demos", progress=progress, cameras=self.cameras
+        )
+        self.image_size = int(self.demos[0].frames[data.camera].shape[1])
         # Behaviour cloning is scored over the full vocabulary (Prismatic's loss), and the policy is
         # saved greedy with the frames it was trained on: what RL and evaluation read back.
         self.policy.config = replace(
@@ -95,7 +99,7 @@ class SFTTrainer:
             self.policy.model.vision.requires_grad_(True)
         self.stats_key = data.stats_key or data.suite
         self.policy.set_dataset_statistics({self.stats_key: action_statistics(self.demos)}, self.stats_key)
-        self.samples: SFTSamples = make_samples(self.policy, self.demos, data.camera)
+        self.samples: SFTSamples = make_samples(self.policy, self.demos, self.cameras)
         self.params = self.policy.trainable_parameters()
         if not self.params:
             raise ValueError("the policy has no trainable parameters")
@@ -183,8 +187,7 @@ class SFTTrainer:
     def loss_and_accuracy(self, index: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean token cross-entropy (nats) and greedy token accuracy of the samples ``index``."""
         s = self.samples
-        key = f"{self.config.data.camera}_image"
-        observations = [{key: s.frames[i]} for i in index]
+        observations = [{f"{c}_image": s.frames[c][i] for c in self.cameras} for i in index]
         logits, targets = self.policy.action_logits(
             observations, [s.instructions[i] for i in index], s.tokens[index]
         )
@@ -244,7 +247,7 @@ class SFTTrainer:
             rollouts_per_state=hook.rollouts_per_state,
             max_steps=hook.max_steps,
             workers=hook.workers,
-            cameras=(self.config.data.camera,),
+            cameras=self.cameras,
             seed=self.config.seed,
             out_dir=str(self.run_dir.path / "eval" / f"epoch-{epoch}"),
         )

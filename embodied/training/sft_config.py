@@ -59,6 +59,9 @@ class SFTPolicySpec:
         device: ``auto`` (CUDA when available), ``cpu``, ``cuda``, ``cuda:N``.
         dtype: ``auto`` (bfloat16 on CUDA, float32 on a CPU), ``float32``, ``bfloat16``, ``float16``.
         tiny_seed: initialisation seed of the tiny model.
+        wrist_camera: the wrist camera (``robot0_eye_in_hand``) a ``tiny`` policy reads after the
+            third-person one (openvla-mini's ``-wrist`` variant: two images a step); ``null`` = none.
+            A checkpoint reads what it was trained on; another value than its own is refused.
     """
 
     source: str = "tiny"
@@ -69,6 +72,7 @@ class SFTPolicySpec:
     device: str = "auto"
     dtype: str = "auto"
     tiny_seed: int = 0
+    wrist_camera: str | None = None
 
     def __post_init__(self) -> None:
         require(bool(self.source), "policy.source must be 'tiny' or a policy folder")
@@ -87,6 +91,7 @@ class SFTPolicySpec:
             device=self.device,
             dtype=self.dtype,
             tiny_seed=self.tiny_seed,
+            wrist_camera=self.wrist_camera,
         )
 
 

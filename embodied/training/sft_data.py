@@ -74,13 +74,13 @@ class SFTSamples:
     """Every (demonstration, timestep) pair of the training set.
 
     Attributes:
-        frames: ``uint8 (N, H, W, 3)`` the frame each action was chosen from.
+        frames: camera -> ``uint8 (N, H, W, 3)``: what each camera showed when each action was chosen.
         instructions: ``N`` instructions.
         tokens: ``int64 (N, 7)`` the target action tokens.
         demo_index: ``int64 (N,)`` which demonstration each sample came from.
     """
 
-    frames: np.ndarray
+    frames: dict[str, np.ndarray]
     instructions: list[str]
     tokens: np.ndarray
     demo_index: np.ndarray
@@ -89,16 +89,24 @@ class SFTSamples:
         return int(self.tokens.shape[0])
 
 
-def make_samples(policy: Any, demos: Sequence[Demo], camera: str) -> SFTSamples:
-    frames, instructions, tokens, index = [], [], [], []
+def make_samples(policy: Any, demos: Sequence[Demo], cameras: Sequence[str]) -> SFTSamples:
+    """Every (demonstration, timestep) pair with the frames of ``cameras`` (the policy's, in its order)."""
+    frames: dict[str, list[np.ndarray]] = {c: [] for c in cameras}
+    instructions, tokens, index = [], [], []
     for i, d in enumerate(demos):
-        if camera not in d.frames:
-            raise KeyError(f"{d.name} has no frames of camera {camera!r} (it has {sorted(d.frames)})")
-        frames.append(d.frames[camera])
+        for camera in cameras:
+            if camera not in d.frames:
+                raise KeyError(f"{d.name} has no frames of camera {camera!r} (it has {sorted(d.frames)})")
+            frames[camera].append(d.frames[camera])
         instructions.extend([d.instruction] * d.length)
         tokens.append(action_tokens(policy, d.actions))
         index.append(np.full(d.length, i, dtype=np.int64))
-    return SFTSamples(np.concatenate(frames), instructions, np.concatenate(tokens), np.concatenate(index))
+    return SFTSamples(
+        {c: np.concatenate(f) for c, f in frames.items()},
+        instructions,
+        np.concatenate(tokens),
+        np.concatenate(index),
+    )
 
 
 def find_files(
@@ -134,23 +142,31 @@ def _task_of(demo: Demo, suite: str) -> int | None:
     return by_text.get(demo.instruction.lower())
 
 
-def load_demos(data: Any, cache: Path | None = None, *, progress: bool = False) -> tuple[list[Demo], dict]:
+def load_demos(
+    data: Any, cache: Path | None = None, *, progress: bool = False, cameras: Sequence[str] | None = None
+) -> tuple[list[Demo], dict]:
     """The training demonstrations for ``data`` (an ``SFTDataConfig``) and a report of how they were made.
 
+    Args:
+        cameras: the cameras the policy reads (default ``(data.camera,)``; a wrist-camera policy adds
+            its wrist camera).
+
     Returns:
-        ``(demos, report)``; every demo has ``data.camera`` frames in ``data.orientation`` at
+        ``(demos, report)``; every demo has the frames of ``cameras`` in ``data.orientation`` at
         ``data.image_size`` pixels.
     """
     from wmrl.embodied.demos.libero_hdf5 import read_libero_hdf5, write_libero_hdf5
 
+    cameras = tuple(cameras or (data.camera,))
+
     if cache is not None and (cache / "demos.hdf5").is_file():
         report = json.loads((cache / "report.json").read_text())
-        cached = read_libero_hdf5(cache / "demos.hdf5", cameras=(data.camera,))
+        cached = read_libero_hdf5(cache / "demos.hdf5", cameras=cameras)
         return [d.oriented(data.orientation) for d in cached], report | {"cached": True}
     if data.format == "libero_hdf5":
         demos = []
         for f in find_files(data.paths, "*.hdf5"):
-            demos.extend(read_libero_hdf5(f, demos=data.demos, cameras=(data.camera,)))
+            demos.extend(read_libero_hdf5(f, demos=data.demos, cameras=cameras))
     else:
         from wmrl.embodied.demos.lerobot_format import read_lerobot_dataset
 
@@ -160,7 +176,7 @@ def load_demos(data: Any, cache: Path | None = None, *, progress: bool = False) 
                 read_lerobot_dataset(
                     root,
                     episodes=data.demos,
-                    cameras={data.camera: data.camera_key} if data.camera_key else None,
+                    cameras=_lerobot_cameras(data, cameras),
                     orientation=data.stored_orientation,
                     suite=data.suite,
                 )
@@ -177,7 +193,7 @@ def load_demos(data: Any, cache: Path | None = None, *, progress: bool = False) 
         raise ValueError(f"no demonstrations of tasks {data.tasks} in {list(data.paths)}")
     report: dict[str, Any] = {"source": [d.name for d in demos], "replayed": bool(data.replay)}
     if data.replay:
-        demos, report["replays"] = _replay_all(demos, data, progress)
+        demos, report["replays"] = _replay_all(demos, data, progress, cameras)
     else:
         demos = [_prepare(d, data) for d in demos]
     if not demos:
@@ -191,6 +207,11 @@ def load_demos(data: Any, cache: Path | None = None, *, progress: bool = False) 
 
 def _prepare(demo: Demo, data: Any) -> Demo:
     demo = demo.oriented(data.orientation)
+    sizes = {tuple(f.shape[1:3]) for f in demo.frames.values()}
+    if len(sizes) > 1:
+        raise ValueError(
+            f"{demo.name}: its cameras' frames differ in size ({sorted(sizes)}); the policy renders one size"
+        )
     size = demo.frames[data.camera].shape[1:3]
     if data.image_size is not None and tuple(size) != (data.image_size, data.image_size):
         raise ValueError(
@@ -201,7 +222,20 @@ def _prepare(demo: Demo, data: Any) -> Demo:
     return demo
 
 
-def _replay_all(demos: Sequence[Demo], data: Any, progress: bool) -> tuple[list[Demo], list[dict]]:
+def _lerobot_cameras(data: Any, cameras: Sequence[str]) -> dict[str, str]:
+    """Our camera names -> the dataset's image features (``data.camera_key`` for the main camera)."""
+    from wmrl.embodied.demos.lerobot_format import LIBERO_CAMERA_KEYS
+
+    out = {}
+    for camera in cameras:
+        key = data.camera_key if camera == data.camera and data.camera_key else LIBERO_CAMERA_KEYS.get(camera)
+        out[camera] = key or f"observation.images.{camera}"
+    return out
+
+
+def _replay_all(
+    demos: Sequence[Demo], data: Any, progress: bool, cameras: Sequence[str]
+) -> tuple[list[Demo], list[dict]]:
     from wmrl.embodied.demos.replay import replay_demo
     from wmrl.embodied.env import LiberoEnv, LiberoEnvConfig
 
@@ -211,7 +245,7 @@ def _replay_all(demos: Sequence[Demo], data: Any, progress: bool) -> tuple[list[
         LiberoEnvConfig(
             suite=data.suite,
             task_id=first_task,
-            cameras=(data.camera,),
+            cameras=tuple(cameras),
             image_height=size,
             image_width=size,
             orientation=data.orientation,

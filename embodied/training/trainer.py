@@ -130,12 +130,17 @@ class LiberoDomain:
         self._runner = None
 
     # -- the simulator ---------------------------------------------------------------------------
+    @property
+    def policy_cameras(self) -> tuple[str, ...]:
+        """The cameras rendered: ``env.camera``, then the policy's wrist camera if it reads one."""
+        return tuple(key.removesuffix("_image") for key in self.policy.config.image_keys)
+
     def env_config(self) -> LiberoEnvConfig:
         env = self.config.env
         return LiberoEnvConfig(
             suite=env.suite,
             task_id=env.task_ids[0],
-            cameras=(env.camera,),
+            cameras=self.policy_cameras,
             image_height=self.image_size,
             image_width=self.image_size,
             orientation=self.orientation,

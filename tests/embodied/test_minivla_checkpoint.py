@@ -160,8 +160,16 @@ def test_read_run_knows_minivla_and_rejects_other_variants(tmp_path):
     )
     with pytest.raises(NotImplementedError, match="VQ"):
         read_run(_fake_run(tmp_path, dict(base, action_tokenizer="libero_vq_extra_action_tokenizer")))
-    with pytest.raises(NotImplementedError, match="wrist"):
-        read_run(_fake_run(tmp_path, dict(base, use_wrist_image=True)))
+    # the -wrist variant: two images a step (third-person, wrist); a history (-t2) is not implemented
+    wrist = dict(base, use_wrist_image=True, image_sequence_len=2)
+    assert read_run(_fake_run(tmp_path, wrist)).model_config.image_sequence_len == 2
+    for vla in (
+        dict(base, image_sequence_len=2),
+        dict(base, use_wrist_image=True),
+        dict(wrist, image_sequence_len=4),
+    ):
+        with pytest.raises(NotImplementedError, match="history"):
+            read_run(_fake_run(tmp_path, vla))
     with pytest.raises(ValueError, match="unknown base_vlm"):
         read_run(_fake_run(tmp_path, dict(base, base_vlm="prism-dinosiglip+7b")))
 
@@ -203,7 +211,7 @@ def test_policy_json_minivla_type_loads_saved_folders_and_prismatic_runs(policy,
     assert (meta["device"], meta["dtype"], meta["render_size"]) == ("auto", "auto", 224)
     back = load_policy(tmp_path / "saved", temperature=0.0)
     assert back.observation_contract == {
-        "camera": "agentview", "orientation": "rotate180", "render_size": 224, "jpeg_quality": 95,
+        "camera": "agentview", "wrist_camera": None, "orientation": "rotate180", "render_size": 224, "jpeg_quality": 95,
     }  # fmt: skip
     with pytest.raises(ValueError, match="apply to Prismatic run directories"):
         load_policy(tmp_path / "saved", step=3)

@@ -110,7 +110,7 @@ def test_sft_imitates_a_recorded_demo_and_its_checkpoint_feeds_rl_and_eval(demo_
     # the checkpoint loads through policy.json and imitates the demo better than chance (1/256 per token)
     policy = load_policy(ckpt)
     assert policy.observation_contract == {
-        "camera": "agentview", "orientation": "upright", "render_size": 64, "jpeg_quality": None,
+        "camera": "agentview", "wrist_camera": None, "orientation": "upright", "render_size": 64, "jpeg_quality": None,
     }  # fmt: skip
     assert policy.config.temperature == 0 and policy.config.unnorm_key == "libero_10"
     replayed = json.loads((out / "resolved.json").read_text())
