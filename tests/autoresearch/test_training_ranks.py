@@ -131,6 +131,45 @@ def test_logs_and_costs_describe_every_rank(ranks):
     assert [r["streams"]["anchor"]["items"] for r in saved["ranks"]] == own_items
 
 
+def _failure_run(tmp_path, port: int, lag: int, failing_rank: int) -> tuple[int, list[dict]]:
+    """``grpo_rank_failure_worker.py`` on two ranks; the launcher's monitor is slowed to 60 s so that it
+    cannot be what stops a rank."""
+    worker = Path(__file__).with_name("grpo_rank_failure_worker.py")
+    command = [
+        sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={RANKS}", "--master_addr=127.0.0.1",
+        f"--master_port={port}", "--monitor-interval=60", str(worker), str(tmp_path), str(lag), str(failing_rank),
+    ]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    missing = [r for r in range(RANKS) if not (tmp_path / f"rank{r}.json").is_file()]
+    assert not missing, f"ranks {missing} recorded nothing: {done.stderr[-3000:]}"
+    return done.returncode, [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(RANKS)]
+
+
+@pytest.mark.parametrize("lag", [0, 1], ids=["synchronous", "asynchronous"])
+def test_an_execution_that_raises_on_one_rank_stops_every_rank(tmp_path, unused_port, lag):
+    """Rank 1's anchor source raises (in the scoring, or in the worker thread of asynchronous anchors):
+    rank 1 ends with its error and rank 0 with PeerRankFailed naming it, in the same step, instead of
+    waiting in the next collective until the process group times out."""
+    returncode, (zero, one) = _failure_run(tmp_path, unused_port(), lag, failing_rank=1)
+    assert returncode != 0
+    assert one["ended"] == "OSError" and "injected" in one["message"]
+    assert zero["ended"] == "PeerRankFailed", zero
+    assert zero["message"].startswith("an anchor execution failed on another rank")
+    assert "rank 1: OSError: sandbox daemon went away (injected)" in zero["message"]
+    # synchronous: the first step's own executions; asynchronous: they raise when they land a step later
+    assert zero["step"] == one["step"] == lag
+
+
+def test_asynchronous_anchors_train_late_rows_on_two_ranks(tmp_path, unused_port):
+    """Late rows land on the ranks that executed them, so ranks train batches of different sizes unless
+    padded: TRL gathers per-row metrics across ranks, which broke with a collective mismatch."""
+    returncode, records = _failure_run(tmp_path, unused_port(), lag=1, failing_rank=-1)
+    assert returncode == 0
+    assert [r["ended"] for r in records] == ["finished", "finished"]
+    assert all(r["late_rows"] > 0 for r in records)
+
+
 @pytest.mark.bwrap
 @pytest.mark.peft
 @pytest.mark.matplotlib

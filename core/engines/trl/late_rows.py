@@ -6,7 +6,9 @@ run. When the executions land, :func:`append_rows` adds those rows, with their l
 the batch being trained (only the rows with a late advantage: with ``late_update=executed`` the
 executed ones): padded to its widths (prompts on the left, completions on the right, as TRL pads them),
 and topped up with empty (fully masked) rows to a multiple of
-TRL's ``steps_per_generation`` (its splitter drops a remainder). ``num_items_in_batch`` is left as
+TRL's ``steps_per_generation`` (its splitter drops a remainder), and on several processes to the
+row count of the rank with the most: TRL gathers per-row metrics across ranks (``clip_ratio/low_min``),
+which needs every rank's batch to have as many rows. ``num_items_in_batch`` is left as
 the batch's own: with a token-sum loss (``dapo``, ``cispo``, ``vespo``) the late rows add to the
 step's update without diluting its own rows.
 
@@ -24,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-__all__ = ["LEFT_PADDED", "RIGHT_PADDED", "append_rows", "keep_rows"]
+__all__ = ["LEFT_PADDED", "RIGHT_PADDED", "append_rows", "keep_rows", "live_rows", "padded_rows"]
 
 #: Per-row tensors padded on the left (prompts) and on the right (completions and their per-token values).
 LEFT_PADDED = ("prompt_ids", "prompt_mask")
@@ -72,11 +74,22 @@ def _pad(tensors: Sequence[torch.Tensor], value: float, left: bool) -> torch.Ten
     return torch.cat(out, dim=0)
 
 
+def live_rows(late: Sequence[tuple[Mapping[str, torch.Tensor], npt.NDArray[Any]]]) -> int:
+    """How many late rows :func:`append_rows` trains (those with a late advantage)."""
+    return int(sum(np.count_nonzero(~np.isnan(np.asarray(adv, dtype=np.float64))) for _, adv in late))
+
+
+def padded_rows(rows: int, multiple: int) -> int:
+    """``rows`` rounded up to a multiple of ``multiple`` (TRL's ``steps_per_generation``)."""
+    return rows + (-rows) % multiple
+
+
 def append_rows(
     output: dict[str, Any],
     late: Sequence[tuple[Mapping[str, torch.Tensor], npt.NDArray[Any]]],
     pad_token_id: int,
     multiple: int,
+    rows: int | None = None,
 ) -> dict[str, Any]:
     """The batch ``output`` with the late rows appended (see the module docstring).
 
@@ -86,7 +99,17 @@ def append_rows(
             (NaN: nothing to apply to that row, which is left out).
         pad_token_id: the tokenizer's padding id.
         multiple: TRL's ``steps_per_generation`` (the batch is split in that many equal parts).
+        rows: the row count to reach with empty rows (the most any rank has, padded to ``multiple``);
+            ``None``: this batch's own and late rows, padded to ``multiple``.
+
+    Raises:
+        ValueError: ``rows`` is fewer than the batch's rows or not a multiple of ``multiple``.
     """
+    own = output["advantages"].shape[0]
+    needed = padded_rows(own + live_rows(late), multiple)
+    target = needed if rows is None else rows
+    if target < needed or target % multiple:
+        raise ValueError(f"rows={rows} must be a multiple of {multiple} and at least {needed}")
     kept = []
     for rows, adv in late:  # only the rows with something to apply are trained again
         adv = np.asarray(adv, dtype=np.float64)
@@ -95,15 +118,13 @@ def append_rows(
             index = torch.as_tensor(live)
             kept.append(({k: v.index_select(0, index) for k, v in rows.items()}, adv[live]))
     late = kept
-    if not late:
+    if target == own:
         return output
     device = output["advantages"].device
-    own = output["advantages"].shape[0]
     parts: list[tuple[Mapping[str, torch.Tensor], npt.NDArray[Any]]] = list(late)
-    n = own + sum(len(adv) for _, adv in parts)
-    extra = (-n) % multiple
-    if extra:  # empty rows (everything masked) so that TRL's splitter drops nothing
-        rows0 = parts[0][0]
+    extra = target - own - sum(len(adv) for _, adv in parts)
+    if extra:  # empty rows (everything masked): TRL's splitter drops nothing, every rank has as many rows
+        rows0 = parts[0][0] if parts else keep_rows(output)
         empty = {k: torch.zeros_like(v[:1]).repeat(extra, *([1] * (v.ndim - 1))) for k, v in rows0.items()}
         if "prompt_ids" in empty:
             empty["prompt_ids"].fill_(pad_token_id)

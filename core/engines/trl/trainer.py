@@ -53,13 +53,14 @@ from trl import GRPOTrainer
 
 from wmrl.core.completions import CompletionsTable, completion_rows, format_sample
 from wmrl.core.corrector import Correction, Corrector, CorrectorConfig, Plan
-from wmrl.core.engines.trl.late_rows import append_rows, keep_rows
+from wmrl.core.engines.trl.late_rows import append_rows, keep_rows, live_rows, padded_rows
 from wmrl.core.engines.trl.multiturn import (
     EpisodeFactory,
     TurnContext,
     execute_trajectories,
     multi_turn_rollout,
 )
+from wmrl.core.engines.trl.rank_failures import fail_together
 from wmrl.core.engines.trl.shared_prefill import equal_runs, generate_shared
 from wmrl.core.engines.trl.vllm_http import VLLMHTTPConfig, VLLMHTTPGeneration
 from wmrl.core.interrupt import GracefulStop
@@ -443,6 +444,11 @@ class WMRLGRPOTrainer(GRPOTrainer):
         """Consume the executions due at this generation batch: their pairs feed the corrector, their rows
         come back with this rank's late advantages."""
         now = self.corrector.step_count
+        if self._processes > 1:  # (one process may leave overdue executions behind: it waits in land_due)
+            # every rank's due executions have landed, or all ranks stop: landing gathers their scores
+            fail_together(
+                lambda: self._await_due(None if drain else now), self._processes, "an anchor execution"
+            )
         late, metrics = self.pipeline.land_due(None if drain else now, self._gathered_matrices)
         rows = []
         for entry in late:
@@ -450,6 +456,16 @@ class WMRLGRPOTrainer(GRPOTrainer):
             first = self.accelerator.process_index * n
             rows.append((entry.groups, np.asarray(entry.advantages).reshape(-1)[first : first + n]))
         return rows, metrics
+
+    def _await_due(self, step: int | None) -> None:
+        """Wait for this rank's executions due at ``step`` (all with ``None``), raising a failed one's error."""
+        for entry in self.pipeline.in_flight.pending:
+            if step is None or entry.due <= step:
+                entry.future.result()
+
+    @property
+    def _processes(self) -> int:
+        return int(self.accelerator.num_processes)
 
     def _check_multi_turn(self, episodes: EpisodeFactory | None) -> None:
         if episodes is None:
@@ -698,11 +714,21 @@ class WMRLGRPOTrainer(GRPOTrainer):
             correction.metrics.update(step.late_metrics)
         self._log_step(correction, step)
         self._write_completions(step, output)
-        if late:
+        if self.pipeline.asynchrony.enabled:
             output = append_rows(
-                output, late, self.processing_class.pad_token_id, self.args.steps_per_generation
+                output,
+                late or [],
+                self.processing_class.pad_token_id,
+                self.args.steps_per_generation,
+                rows=self._rows_every_rank(output, late or []),
             )
         return output
+
+    def _rows_every_rank(self, output: dict[str, Any], late: list[Any]) -> int:
+        """The row count every rank's batch is padded to: the most any rank has with its late rows
+        (TRL gathers per-row metrics across ranks, which needs as many rows on each)."""
+        rows = padded_rows(output["advantages"].shape[0] + live_rows(late), self.args.steps_per_generation)
+        return max(gather_object([rows])) if self._processes > 1 else rows
 
     def _hold(self, step: _Step, output: dict[str, Any], tool_mask: Any) -> None:
         """Keep this batch's rows and what it trained on until its executions land (``tool_mask``: TRL's
@@ -874,7 +900,9 @@ class WMRLGRPOTrainer(GRPOTrainer):
         in_flight = self.pipeline.asynchrony.enabled and not step.drain
         if step.plan is None or in_flight:
             # the world model scores first: plans that read its scores, or executions submitted after it
-            scores = self.pipeline.score(items, anchor=False)
+            scores = fail_together(
+                lambda: self.pipeline.score(items, anchor=False), self._processes, "world-model scoring"
+            )
             step.add_time(scores.seconds)
             if step.plan is None:
                 column = torch.tensor(scores.wm, dtype=torch.float64, device=self.accelerator.device)
@@ -886,18 +914,19 @@ class WMRLGRPOTrainer(GRPOTrainer):
                 self._plan(step, all_wm, all_keys)
             if self._submit(step, items):
                 return self._graded_without_real(step, scores)
-            second = self.pipeline.score(
-                items,
-                self.local_anchor_rows(step),
-                world_model=False,
-                repeat_rows=self.local_repeat_rows(step),
+            rows, repeats = self.local_anchor_rows(step), self.local_repeat_rows(step)
+            second = fail_together(
+                lambda: self.pipeline.score(items, rows, world_model=False, repeat_rows=repeats),
+                self._processes,
+                "an anchor execution",
             )
             step.add_time(second.seconds)
             scores.take_real(second)
             scores.seconds = {}
         else:
-            scores = self.pipeline.score(
-                items, self.local_anchor_rows(step), repeat_rows=self.local_repeat_rows(step)
+            rows, repeats = self.local_anchor_rows(step), self.local_repeat_rows(step)
+            scores = fail_together(
+                lambda: self.pipeline.score(items, rows, repeat_rows=repeats), self._processes, "scoring"
             )
             step.add_time(scores.seconds)
         step.statuses.extend(scores.statuses)
