@@ -5,6 +5,9 @@
 * ``wmrl train embodied-wm``: a Robometer trained on recorded successes and failures, with its fidelity.
 * ``wmrl eval embodied`` (also ``wmrl eval libero``): LIBERO success, Best@k / All@k, videos.
 * ``wmrl serve robometer``: Robometer's HTTP server on a local checkpoint (health endpoint, batching).
+* ``wmrl embodied record-demos``: a policy's episodes as demonstrations (the scripted expert's by default).
+* ``wmrl embodied wm-fidelity``: how well a Robometer checkpoint's scores separate recorded successes
+  from failures.
 
 ``register`` must import only the standard library and ``wmrl.core``; heavy imports go inside handlers.
 """
@@ -78,6 +81,7 @@ def register(root) -> None:
         stage=True,
     )
     _add_record_command(root)
+    _add_fidelity_command(root)
     root.group("serve", "serve a model over HTTP (a world model that trainers on other machines call)")
     serve = root.subcommand(
         "serve",
@@ -165,6 +169,62 @@ def _record_demos(args) -> int:
     print(
         f"kept {summary['kept']} of {len(summary['episodes'])} episodes; wrote {', '.join(summary['files'])}"
     )
+    return 0
+
+
+def _add_fidelity_command(root) -> None:
+    cmd = root.domain("embodied", "the embodied domain's own commands (demonstrations)").command(
+        "wm-fidelity",
+        "score recorded LIBERO episodes with a Robometer checkpoint and report, per score mode, how well "
+        "the scores separate the simulator's successes from its failures (AUROC with interval, Spearman)",
+        _wm_fidelity,
+    )
+    source = cmd.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--model", help="a Robometer checkpoint folder (e.g. RUN/model of wmrl train embodied-wm)"
+    )
+    source.add_argument(
+        "--tiny", action="store_true", help="the random tiny Robometer (a chance-level baseline)"
+    )
+    cmd.add_argument("--episodes", required=True, help="comma-separated LIBERO HDF5 files or folders of them")
+    cmd.add_argument("--camera", default="agentview", help="the camera the world model watches")
+    cmd.add_argument(
+        "--num-frames", type=int, default=8, help="frames per episode window (the reward source's)"
+    )
+    cmd.add_argument("--bootstrap", type=int, default=1000, help="resamples of the AUROC intervals")
+    cmd.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (and of --tiny's weights)")
+    cmd.add_argument("--out", default=None, help="write the report here as JSON (default: print only)")
+
+
+def _wm_fidelity(args) -> int:
+    import json
+    import sys
+
+    from wmrl.core.runlog import write_json_atomic
+    from wmrl.embodied.worldmodel.fidelity import measure_fidelity
+    from wmrl.embodied.worldmodel.robometer import Robometer
+    from wmrl.embodied.worldmodel.training import load_episodes, summary_line
+
+    try:
+        if args.num_frames < 2 or args.bootstrap < 0:
+            raise ValueError("--num-frames must be >= 2 and --bootstrap >= 0")
+        paths = [p.strip() for p in args.episodes.split(",") if p.strip()]
+        episodes = load_episodes(paths, args.camera)
+        if not episodes:
+            raise ValueError(f"no episode of two frames or more in {paths}")
+        model = Robometer.tiny(seed=args.seed) if args.tiny else Robometer.from_pretrained(args.model)
+        report = measure_fidelity(model, episodes, args.num_frames, args.bootstrap, args.seed)
+    except (ValueError, FileNotFoundError, KeyError) as err:
+        print(f"wmrl embodied wm-fidelity: error: {err}", file=sys.stderr)
+        return 2
+    report = {"model": "tiny" if args.tiny else args.model, "episodes": paths, **(report or {})}
+    print(summary_line("episodes", report))
+    for mode, m in report["modes"].items():
+        means = [("-" if v is None else f"{v:.3f}") for v in (m["mean_success"], m["mean_failure"])]
+        print(f"  {mode}: mean score of successes {means[0]}, of failures {means[1]}")
+    if args.out:
+        write_json_atomic(Path(args.out), json.loads(json.dumps(report)))
+        print(f"report: {args.out}")
     return 0
 
 

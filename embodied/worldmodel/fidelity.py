@@ -25,7 +25,7 @@ import numpy as np
 from wmrl.embodied.worldmodel.frames import subsample_frames
 from wmrl.embodied.worldmodel.scoring import SCORE_MODES, ScoreConfig, ScoreError, episode_score
 
-__all__ = ["auroc", "bootstrap_auroc", "episode_scores", "fidelity_report"]
+__all__ = ["auroc", "bootstrap_auroc", "episode_scores", "fidelity_report", "measure_fidelity"]
 
 
 def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
@@ -115,4 +115,25 @@ def fidelity_report(
             entry["accuracy"] = float(((values >= 0.5) == labels).mean())
             entry["brier"] = float(((values - labels) ** 2).mean())
         report["modes"][mode] = entry
+    return report
+
+
+def measure_fidelity(
+    model: Any,
+    episodes: Sequence[Any],
+    num_frames: int,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> dict[str, Any] | None:
+    """:func:`fidelity_report` of ``model`` on recorded episodes (``frames``, ``instruction``, ``success``,
+    ``name``), with every episode's scores under ``"scores"``; ``None`` for no episode."""
+    if not episodes:
+        return None
+    if hasattr(model, "model"):
+        model.model.eval()
+    scores = episode_scores(model, [(e.frames, e.instruction) for e in episodes], num_frames)
+    report = fidelity_report(scores, [e.success for e in episodes], resamples, seed)
+    report["scores"] = [
+        {"episode": e.name, "success": e.success, "scores": s} for e, s in zip(episodes, scores, strict=True)
+    ]
     return report

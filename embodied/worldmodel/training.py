@@ -42,7 +42,15 @@ from wmrl.core.runlog import RunWriter, write_json_atomic
 from wmrl.embodied.worldmodel.frames import subsample_indices
 from wmrl.embodied.worldmodel.train_config import WorldModelTrainConfig
 
-__all__ = ["Episode", "load_episodes", "run_wm_from_cli", "train_world_model", "two_hot", "window_labels"]
+__all__ = [
+    "Episode",
+    "load_episodes",
+    "run_wm_from_cli",
+    "summary_line",
+    "train_world_model",
+    "two_hot",
+    "window_labels",
+]
 
 
 @dataclass
@@ -164,17 +172,9 @@ def _loss(
 def _fidelity(
     model: Any, episodes: Sequence[Episode], config: WorldModelTrainConfig
 ) -> dict[str, Any] | None:
-    from wmrl.embodied.worldmodel.fidelity import episode_scores, fidelity_report
+    from wmrl.embodied.worldmodel.fidelity import measure_fidelity
 
-    if not episodes:
-        return None
-    model.model.eval()
-    scores = episode_scores(model, [(e.frames, e.instruction) for e in episodes], config.num_frames)
-    report = fidelity_report(scores, [e.success for e in episodes], config.bootstrap, config.seed)
-    report["scores"] = [
-        {"episode": e.name, "success": e.success, "scores": s} for e, s in zip(episodes, scores, strict=True)
-    ]
-    return report
+    return measure_fidelity(model, episodes, config.num_frames, config.bootstrap, config.seed)
 
 
 def _plot(report: dict[str, Any], path: Path) -> None:
@@ -295,7 +295,7 @@ def train_world_model(
     }
 
 
-def _summary_line(name: str, part: dict[str, Any] | None) -> str:
+def summary_line(name: str, part: dict[str, Any] | None) -> str:
     if part is None:
         return f"{name}: no episodes"
     cells = []
@@ -314,9 +314,9 @@ def run_wm_from_cli(config: WorldModelTrainConfig, run_dir: RunDirectory, *, pro
     return [
         f"world model: {summary['steps']} optimiser steps in {summary['train_s']} s, last epoch loss "
         f"{last['wm/loss']:.4f} (progress {last['wm/progress_loss']:.4f}, success {last['wm/success_loss']:.4f})",
-        _summary_line("held-out", summary["fidelity"]["held_out"]),
-        _summary_line("training", summary["fidelity"]["train"]),
-        _summary_line("held-out, before training", summary["fidelity"]["held_out_before_training"]),
+        summary_line("held-out", summary["fidelity"]["held_out"]),
+        summary_line("training", summary["fidelity"]["train"]),
+        summary_line("held-out, before training", summary["fidelity"]["held_out_before_training"]),
         f"model: {summary['model']}  (wmrl train embodied world_model.backend=local "
         f"world_model.model_path={summary['model']})",
     ]

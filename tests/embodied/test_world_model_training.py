@@ -157,6 +157,16 @@ def test_training_separates_held_out_successes_from_failures(tmp_path):
 
     source = make_robometer_source(RobometerSourceConfig(model_path=summary["model"]))
     assert source.backend.config.n_bins == 10
+    # wmrl embodied wm-fidelity measures the saved checkpoint on the same episodes to the same report
+    from wmrl.core.cli import main
+
+    out = tmp_path / "fidelity.json"
+    command = ["embodied", "wm-fidelity", "--model", summary["model"], "--episodes", str(held.parent)]
+    assert main([*command, "--bootstrap", "50", "--out", str(out)]) == 0
+    measured = json.loads(out.read_text())
+    assert measured["modes"] == json.loads(json.dumps(held_report["modes"]))
+    assert main([*command, "--num-frames", "1"]) == 2
+    assert main(["embodied", "wm-fidelity", "--tiny", "--episodes", str(tmp_path / "absent")]) == 2
 
 
 def test_resume_is_refused(tmp_path):
