@@ -61,16 +61,16 @@ def test_a_batch_with_images_cannot_keep_its_rows():
 def test_every_rank_is_padded_to_the_same_row_count():
     """A rank with fewer late rows (or none) is topped up with empty, fully masked rows to ``rows``."""
     own = _batch(4, prompt_w=3, completion_w=5)
-    bare = append_rows(dict(own), [], PAD, multiple=4, rows=8)  # no late rows here, 6 on another rank
+    bare = append_rows(dict(own), [], PAD, multiple=4, total_rows=8)  # no late rows here, 6 on another rank
     assert bare["advantages"].shape == (8,) and (bare["advantages"][4:] == 0).all()
     assert (bare["tool_mask"][4:] == 0).all() and (bare["tool_mask"][:4] == 1).all()
     assert (bare["completion_ids"][4:] == PAD).all()
     assert torch.equal(bare["num_items_in_batch"], own["num_items_in_batch"])
     late = keep_rows(_batch(2, prompt_w=3, completion_w=5, start=50))
-    some = append_rows(dict(own), [(late, np.array([0.3, 0.1]))], PAD, multiple=4, rows=12)
+    some = append_rows(dict(own), [(late, np.array([0.3, 0.1]))], PAD, multiple=4, total_rows=12)
     assert some["advantages"].shape == (12,) and (some["tool_mask"][6:] == 0).all()
     assert (some["tool_mask"][4:6] == 1).all()
     with pytest.raises(ValueError, match="at least 8"):
-        append_rows(dict(own), [(late, np.array([0.3, 0.1]))], PAD, multiple=4, rows=4)
+        append_rows(dict(own), [(late, np.array([0.3, 0.1]))], PAD, multiple=4, total_rows=4)
     with pytest.raises(ValueError, match="multiple of 4"):
-        append_rows(dict(own), [], PAD, multiple=4, rows=6)
+        append_rows(dict(own), [], PAD, multiple=4, total_rows=6)

@@ -89,7 +89,7 @@ def append_rows(
     late: Sequence[tuple[Mapping[str, torch.Tensor], npt.NDArray[Any]]],
     pad_token_id: int,
     multiple: int,
-    rows: int | None = None,
+    total_rows: int | None = None,
 ) -> dict[str, Any]:
     """The batch ``output`` with the late rows appended (see the module docstring).
 
@@ -99,17 +99,17 @@ def append_rows(
             (NaN: nothing to apply to that row, which is left out).
         pad_token_id: the tokenizer's padding id.
         multiple: TRL's ``steps_per_generation`` (the batch is split in that many equal parts).
-        rows: the row count to reach with empty rows (the most any rank has, padded to ``multiple``);
+        total_rows: the row count to reach with empty rows (the most any rank has, padded to ``multiple``);
             ``None``: this batch's own and late rows, padded to ``multiple``.
 
     Raises:
-        ValueError: ``rows`` is fewer than the batch's rows or not a multiple of ``multiple``.
+        ValueError: ``total_rows`` is fewer than the batch's rows or not a multiple of ``multiple``.
     """
     own = output["advantages"].shape[0]
     needed = padded_rows(own + live_rows(late), multiple)
-    target = needed if rows is None else rows
+    target = needed if total_rows is None else total_rows
     if target < needed or target % multiple:
-        raise ValueError(f"rows={rows} must be a multiple of {multiple} and at least {needed}")
+        raise ValueError(f"total_rows={total_rows} must be a multiple of {multiple} and at least {needed}")
     kept = []
     for rows, adv in late:  # only the rows with something to apply are trained again
         adv = np.asarray(adv, dtype=np.float64)

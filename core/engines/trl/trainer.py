@@ -715,20 +715,21 @@ class WMRLGRPOTrainer(GRPOTrainer):
         self._log_step(correction, step)
         self._write_completions(step, output)
         if self.pipeline.asynchrony.enabled:
+            multiple = self.args.steps_per_generation
             output = append_rows(
                 output,
                 late or [],
                 self.processing_class.pad_token_id,
-                self.args.steps_per_generation,
-                rows=self._rows_every_rank(output, late or []),
+                multiple,
+                total_rows=self._rows_every_rank(output, late or [], multiple),
             )
         return output
 
-    def _rows_every_rank(self, output: dict[str, Any], late: list[Any]) -> int:
+    def _rows_every_rank(self, output: dict[str, Any], late: list[Any], multiple: int) -> int:
         """The row count every rank's batch is padded to: the most any rank has with its late rows
         (TRL gathers per-row metrics across ranks, which needs as many rows on each)."""
-        rows = padded_rows(output["advantages"].shape[0] + live_rows(late), self.args.steps_per_generation)
-        return max(gather_object([rows])) if self._processes > 1 else rows
+        rows = padded_rows(output["advantages"].shape[0] + live_rows(late), multiple)
+        return int(max(gather_object([rows]))) if self._processes > 1 else rows
 
     def _hold(self, step: _Step, output: dict[str, Any], tool_mask: Any) -> None:
         """Keep this batch's rows and what it trained on until its executions land (``tool_mask``: TRL's
