@@ -201,42 +201,46 @@ class FusionInputs:
     n_groups: int = 0
 
 
-_SUMS = (
+class _RunningSums:
+    """The memory-decayed sums fusion estimates from (floats; :data:`_SUMS` lists them in this order)."""
+
     # advantage scale
-    "rollouts",  # Σ 1 over measured pairs (M)
-    "spread",  # Σ 1 over pairs in groups whose real scores are not all equal (M_s)
-    "q_real",  # Σ A_r²
-    "q_wm",  # Σ A_c² over those groups (over all groups when centring)
-    "flat_noisy",  # Σ 1 over pairs in groups whose real scores are all equal but noisy (σ² > 0)
-    "q_wm_flat",  # Σ A_c² over groups whose real scores are all equal and exact (σ² = 0)
-    "cross",  # Σ A_c·A_r
-    "real_ss",  # Σ (r - r̄)², reward units
-    "exec_ss",  # Σ σ²(1 - 1/m), reward units
-    "wm_noise_ss",  # Σ F_i, advantage units (groups that report a variance)
-    "wm_noise_n",  # Σ 1 over those rollouts
-    "resid_ss",  # Σ z², z = (c - c̄) - (r - r̄), reward units
+    rollouts: float  # Σ 1 over measured pairs (M)
+    spread: float  # Σ 1 over pairs in groups whose real scores are not all equal (M_s)
+    q_real: float  # Σ A_r²
+    q_wm: float  # Σ A_c² over those groups (over all groups when centring)
+    flat_noisy: float  # Σ 1 over pairs in groups whose real scores are all equal but noisy (σ² > 0)
+    q_wm_flat: float  # Σ A_c² over groups whose real scores are all equal and exact (σ² = 0)
+    cross: float  # Σ A_c·A_r
+    real_ss: float  # Σ (r - r̄)², reward units
+    exec_ss: float  # Σ σ²(1 - 1/m), reward units
+    wm_noise_ss: float  # Σ F_i, advantage units (groups that report a variance)
+    wm_noise_n: float  # Σ 1 over those rollouts
+    resid_ss: float  # Σ z², z = (c - c̄) - (r - r̄), reward units
     # Solution keys (advantage units): per group and key, R_k = Σ A_r, D_k = Σ (A_c - A_r) over the
     # key's rollouts; the gradient sees these sums, not the single rollouts.
-    "key_rollouts",  # Σ 1 over pairs in keyed groups
-    "key_signal",  # Σ_k R_k²
-    "key_signal_diag",  # Σ A_r² over the same rollouts
-    "key_error",  # Σ_k D_k²
-    "key_error_diag",  # Σ d²
-    "key_noise",  # Σ_k Var(noise part of R_k)
-    "key_noise_diag",  # Σ Var(noise part of A_r)
-    "key_across",  # Σ D_k·S_k over earlier anchor groups (S_k: memory-decayed Σ D of key k)
-    "stream_groups",  # Σ groups per step
-    "stream_anchors",  # Σ anchor groups per step
+    key_rollouts: float  # Σ 1 over pairs in keyed groups
+    key_signal: float  # Σ_k R_k²
+    key_signal_diag: float  # Σ A_r² over the same rollouts
+    key_error: float  # Σ_k D_k²
+    key_error_diag: float  # Σ d²
+    key_noise: float  # Σ_k Var(noise part of R_k)
+    key_noise_diag: float  # Σ Var(noise part of A_r)
+    key_across: float  # Σ D_k·S_k over earlier anchor groups (S_k: memory-decayed Σ D of key k)
+    stream_groups: float  # Σ groups per step
+    stream_anchors: float  # Σ anchor groups per step
     # reward scale (the previous estimator)
-    "signal_ss",
-    "error_ss",
-    "noise_ss",
-    "dof",
-    "noise_dof",
-)
+    signal_ss: float
+    error_ss: float
+    noise_ss: float
+    dof: float
+    noise_dof: float
 
 
-class Fusion:
+_SUMS: tuple[str, ...] = tuple(_RunningSums.__annotations__)
+
+
+class Fusion(_RunningSums):
     """Estimates the streams' error variances from anchor groups and turns them into group weights."""
 
     def __init__(self, config: FusionConfig | None = None, advantages: AdvantageConfig | None = None) -> None:

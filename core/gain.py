@@ -49,25 +49,30 @@ import numpy as np
 
 __all__ = ["GainInputs", "GainStats", "within_sums"]
 
-_SUMS = (
-    "w_dof",  # Σ (m_g − 1) over groups with >= 2 pairs
-    "w_cc",  # Σ (c − c̄_g)²
-    "w_cr",  # Σ (c − c̄_g)(r − r̄_g)
-    "w_zz",  # Σ (z − z̄_g)², z = r − c
-    "w_exec",  # Σ σ²(1 − 1/m_g)
-    "p_n",  # pooled over every pair (the fallback before groups hold two pairs)
-    "p_c",
-    "p_r",
-    "p_cc",
-    "p_cr",
-    "p_zz",
-    "p_z",
-    "p_exec",
-    "spread_ss",
-    "spread_dof",
-    "dup_ss",
-    "dup_dof",
-)
+
+class _RunningSums:
+    """The exponentially decayed sums (floats; :data:`_SUMS` lists them in this order)."""
+
+    w_dof: float  # Σ (m_g − 1) over groups with >= 2 pairs
+    w_cc: float  # Σ (c − c̄_g)²
+    w_cr: float  # Σ (c − c̄_g)(r − r̄_g)
+    w_zz: float  # Σ (z − z̄_g)², z = r − c
+    w_exec: float  # Σ σ²(1 − 1/m_g)
+    p_n: float  # pooled over every pair (the fallback before groups hold two pairs)
+    p_c: float
+    p_r: float
+    p_cc: float
+    p_cr: float
+    p_zz: float
+    p_z: float
+    p_exec: float
+    spread_ss: float
+    spread_dof: float
+    dup_ss: float
+    dup_dof: float
+
+
+_SUMS: tuple[str, ...] = tuple(_RunningSums.__annotations__)
 
 
 @dataclass
@@ -105,7 +110,7 @@ def within_sums(values: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
     return ss, float(np.sum(counts[counts >= 2] - 1))
 
 
-class GainStats:
+class GainStats(_RunningSums):
     """Exponentially decayed sums of the random-effects model, and the estimates they give."""
 
     def __init__(self, half_life_steps: float, min_pairs: int, min_duplicates: int) -> None:
