@@ -20,8 +20,10 @@ from __future__ import annotations
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from wmrl.core.config import require
 
@@ -63,10 +65,10 @@ class GroupAdvantages:
     graded: ``(n_groups,)`` int, known rewards per group.
     """
 
-    advantages: np.ndarray
-    contributes: np.ndarray
-    degenerate: np.ndarray
-    graded: np.ndarray
+    advantages: npt.NDArray[Any]
+    contributes: npt.NDArray[Any]
+    degenerate: npt.NDArray[Any]
+    graded: npt.NDArray[Any]
 
 
 def _as_number(value: object, name: str, where: str) -> float:
@@ -81,8 +83,8 @@ def _as_number(value: object, name: str, where: str) -> float:
 
 
 def as_reward_matrix(
-    rewards: np.ndarray | Sequence[Sequence[float | None]], name: str = "rewards"
-) -> np.ndarray:
+    rewards: npt.NDArray[Any] | Sequence[Sequence[float | None]], name: str = "rewards"
+) -> npt.NDArray[Any]:
     """Rewards as a float ``(n_groups, max_group_size)`` array, ``None`` and padding as NaN.
 
     Accepts a 2-D numeric array (int or float dtype; object arrays are checked entry by entry) or
@@ -134,8 +136,8 @@ def as_reward_matrix(
 
 
 def centre_within_groups(
-    values: np.ndarray, group_index: np.ndarray, n_groups: int
-) -> tuple[np.ndarray, np.ndarray]:
+    values: npt.NDArray[Any], group_index: npt.NDArray[Any], n_groups: int
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     """Subtract each group's mean from its members, for flat (ragged) data.
 
     Args:
@@ -152,8 +154,8 @@ def centre_within_groups(
 
 
 def group_advantages(
-    rewards: np.ndarray,
-    weights: np.ndarray | None = None,
+    rewards: npt.NDArray[Any],
+    weights: npt.NDArray[Any] | None = None,
     config: AdvantageConfig | None = None,
 ) -> GroupAdvantages:
     """Per-group normalised advantages, then multiplied by each group's weight.

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["COLUMNS", "CompletionsTable", "completion_rows", "format_sample"]
 
@@ -59,8 +60,8 @@ def completion_rows(
     group_keys: Sequence[str],
     task_keys: Sequence[str] | None,
     correction: Any,
-    wm: np.ndarray,
-    real: np.ndarray,
+    wm: npt.NDArray[Any],
+    real: npt.NDArray[Any],
     statuses: Sequence[str | None] | None = None,
     extra: Mapping[str, Sequence[Any]] | None = None,
 ) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -101,7 +102,9 @@ class Correction:
     executed: RolloutMask | None = None
     from_memory: RolloutMask | None = None
 
-    def advantages_list(self, sizes: Sequence[int] | np.ndarray | None = None) -> list[list[float | None]]:
+    def advantages_list(
+        self, sizes: Sequence[int] | npt.NDArray[Any] | None = None
+    ) -> list[list[float | None]]:
         """Advantages as ragged lists with ``None`` for masked rollouts (``sizes``: true group sizes)."""
         n, width = self.advantages.shape
         if sizes is None:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from scipy.optimize import isotonic_regression
 
 from wmrl.core.advantages import centre_within_groups
@@ -82,13 +83,17 @@ class IsotonicMap:
     Outside the fitted range it is flat (clipped), as scikit-learn's ``out_of_bounds="clip"``.
     """
 
-    def __init__(self, x_knots: np.ndarray, y_knots: np.ndarray) -> None:
+    def __init__(self, x_knots: npt.NDArray[Any], y_knots: npt.NDArray[Any]) -> None:
         self.x_knots = np.asarray(x_knots, dtype=float)
         self.y_knots = np.asarray(y_knots, dtype=float)
 
     @classmethod
     def fit(
-        cls, x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None, presorted: bool = False
+        cls,
+        x: npt.NDArray[Any],
+        y: npt.NDArray[Any],
+        weight: npt.NDArray[Any] | None = None,
+        presorted: bool = False,
     ) -> IsotonicMap:
         """Weighted isotonic fit of ``y`` on ``x``: scikit-learn's ``IsotonicRegression``, minus its overhead.
 
@@ -119,7 +124,7 @@ class IsotonicMap:
         fitted = isotonic_regression(y_mean, weights=w_sum, increasing=True).x
         return cls(knots, fitted)
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
+    def __call__(self, x: npt.NDArray[Any]) -> npt.NDArray[Any]:
         return np.interp(x, self.x_knots, self.y_knots)
 
 
@@ -127,7 +132,7 @@ class IsotonicMap:
 TIE_RESOLUTION = float(np.finfo(np.float64).resolution)
 
 
-def pool_ties(x: np.ndarray) -> np.ndarray:
+def pool_ties(x: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """Start index of each run of sorted ``x`` that scikit-learn's isotonic fit pools into one knot.
 
     scikit-learn (``sklearn._isotonic._make_unique``) scans the sorted values and starts a new knot
@@ -164,7 +169,7 @@ def pool_ties(x: np.ndarray) -> np.ndarray:
 
 
 def within_group_bias_reduction(
-    raw: np.ndarray, calibrated: np.ndarray, real: np.ndarray, group_ids: np.ndarray
+    raw: npt.NDArray[Any], calibrated: npt.NDArray[Any], real: npt.NDArray[Any], group_ids: npt.NDArray[Any]
 ) -> tuple[float | None, float, float]:
     """How much calibration reduces the world model's error *as GRPO sees it*: within groups.
 
@@ -187,7 +192,7 @@ def within_group_bias_reduction(
     return reduction, ss_raw, ss_cal
 
 
-def _has_two_knots(x_sorted: np.ndarray, weights: np.ndarray) -> bool:
+def _has_two_knots(x_sorted: npt.NDArray[Any], weights: npt.NDArray[Any]) -> bool:
     """Whether the positively weighted scores of a sorted window form at least two isotonic knots."""
     x = x_sorted[weights > 0]
     return x.size >= 2 and float(x[-1] - x[0]) >= TIE_RESOLUTION
@@ -224,9 +229,9 @@ class OnlineDebiaser:
     def observe(
         self,
         step: int,
-        wm: np.ndarray,
-        real: np.ndarray,
-        group_ids: np.ndarray,
+        wm: npt.NDArray[Any],
+        real: npt.NDArray[Any],
+        group_ids: npt.NDArray[Any],
         keys: Sequence[str] | None = None,
     ) -> dict[str, float | None]:
         """Add a step's anchor pairs; return prequential diagnostics computed *before* adding them.
@@ -266,7 +271,9 @@ class OnlineDebiaser:
         self.last_diagnostics = diagnostics
         return diagnostics
 
-    def _insert_sorted(self, wm: np.ndarray, real: np.ndarray, step: int, key_arr: np.ndarray) -> None:
+    def _insert_sorted(
+        self, wm: npt.NDArray[Any], real: npt.NDArray[Any], step: int, key_arr: npt.NDArray[Any]
+    ) -> None:
         """Insert new pairs into the window kept sorted by world-model score; drop the oldest beyond the cap.
 
         Keeping the window sorted lets each refit skip the sort. The few new pairs are sorted and
@@ -296,7 +303,7 @@ class OnlineDebiaser:
             self._key_names.append(key)
         return code
 
-    def _weights(self, now: int) -> np.ndarray:
+    def _weights(self, now: int) -> npt.NDArray[Any]:
         if self.config.half_life_steps is None:
             return np.ones(self._x.size)
         return 0.5 ** ((now - self._step) / self.config.half_life_steps)
@@ -327,7 +334,9 @@ class OnlineDebiaser:
         self.fits += 1
         return True
 
-    def calibrate(self, wm: np.ndarray, keys: Sequence[str] | np.ndarray | None = None) -> np.ndarray:
+    def calibrate(
+        self, wm: npt.NDArray[Any], keys: Sequence[str] | npt.NDArray[Any] | None = None
+    ) -> npt.NDArray[Any]:
         """Map world-model scores through the current map (NaN stays NaN). Shape preserved."""
         wm = np.asarray(wm, dtype=float)
         if self.pooled is None:
@@ -345,7 +354,7 @@ class OnlineDebiaser:
         out[np.isnan(wm)] = np.nan
         return out
 
-    def uncertainty(self, wm: np.ndarray, bins: int = 10) -> np.ndarray:
+    def uncertainty(self, wm: npt.NDArray[Any], bins: int = 10) -> npt.NDArray[Any]:
         """Per-score uncertainty of the calibration: residual variance / pairs in the score's bin.
 
         This is the squared standard error of the calibrated value where the score falls, so it

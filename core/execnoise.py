@@ -28,6 +28,7 @@ import math
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from wmrl.core.sources import NoiseModel
 
@@ -47,7 +48,7 @@ class ExecutionNoise:
         self.repeats_total = 0  # repeat pairs ever seen
         self.differ_total = 0  # of which the two scores differed
 
-    def observe(self, first: np.ndarray, second: np.ndarray | None) -> dict[str, float | None]:
+    def observe(self, first: npt.NDArray[Any], second: npt.NDArray[Any] | None) -> dict[str, float | None]:
         """Add one step's repeated executions (call once per step; decays the pooled sums).
 
         Args:
@@ -84,11 +85,11 @@ class ExecutionNoise:
 
     def variances(
         self,
-        declared: NoiseModel | np.ndarray | None,
-        calibrated: np.ndarray,
-        executions: np.ndarray,
-        cells: tuple[np.ndarray, np.ndarray],
-    ) -> tuple[np.ndarray, int]:
+        declared: NoiseModel | npt.NDArray[Any] | None,
+        calibrated: npt.NDArray[Any],
+        executions: npt.NDArray[Any],
+        cells: tuple[npt.NDArray[Any], npt.NDArray[Any]],
+    ) -> tuple[npt.NDArray[Any], int]:
         """Per-pair execution-noise variance of the real reward and the route it came from.
 
         Args:

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from wmrl.core.advantages import AdvantageConfig
 from wmrl.core.config import require
@@ -162,7 +163,7 @@ class FusionConfig:
         )
 
 
-def group_disagreement(calibrated: np.ndarray, real: np.ndarray) -> float | None:
+def group_disagreement(calibrated: npt.NDArray[Any], real: npt.NDArray[Any]) -> float | None:
     """The official per-group disagreement ``mean(((c - c̄) - (r - r̄))²) / var(r)``.
 
     ``None`` when the real scores carry no spread: ``var(r)`` at most ``1e-12`` of their mean square
@@ -192,12 +193,12 @@ class FusionInputs:
         n_groups: groups in this step (anchor and world-model), for the anchor fraction ``f``.
     """
 
-    real: np.ndarray
-    calibrated: np.ndarray
-    group: np.ndarray
-    exec_var: np.ndarray | None = None
-    wm_var: np.ndarray | None = None
-    keys: Sequence[str | None] | np.ndarray | None = None
+    real: npt.NDArray[Any]
+    calibrated: npt.NDArray[Any]
+    group: npt.NDArray[Any]
+    exec_var: npt.NDArray[Any] | None = None
+    wm_var: npt.NDArray[Any] | None = None
+    keys: Sequence[str | None] | npt.NDArray[Any] | None = None
     n_groups: int = 0
 
 
@@ -628,7 +629,9 @@ class Fusion(_RunningSums):
             return None
         return float(min(max(self.cross / self.spread / math.sqrt(rel) / math.sqrt(q_c * q), -1.0), 1.0))
 
-    def wm_gain_sq(self, calls: np.ndarray | float = 1.0) -> tuple[np.ndarray | float | None, int]:
+    def wm_gain_sq(
+        self, calls: npt.NDArray[Any] | float = 1.0
+    ) -> tuple[npt.NDArray[Any] | float | None, int]:
         """``(ρ², route)`` of world-model scores that are means of ``calls`` calls.
 
         Route 2: from whole anchor groups (:attr:`anchor_correlation`, affine-invariant); 1: from the
@@ -657,14 +660,17 @@ class Fusion(_RunningSums):
 
     # -- weights -----------------------------------------------------------------------------
     # -- weights -----------------------------------------------------------------------------
-    def rollout_weights(self, ctx: WeightContext) -> np.ndarray:
+    def rollout_weights(self, ctx: WeightContext) -> npt.NDArray[Any]:
         """``(n_groups, G)`` weights on the advantages, by the rule ``fusion.mode`` names
         (:mod:`wmrl.core.fusion_rules`); 0 where a rollout carries no gradient."""
         return fusion_rule(self.config.mode)(self, ctx)
 
     def weights(
-        self, is_anchor: np.ndarray, contributes: np.ndarray, executed_share: np.ndarray | None = None
-    ) -> np.ndarray:
+        self,
+        is_anchor: npt.NDArray[Any],
+        contributes: npt.NDArray[Any],
+        executed_share: npt.NDArray[Any] | None = None,
+    ) -> npt.NDArray[Any]:
         """Per-group weights ``(n_groups,)`` of the group rules (``mse``, ``inverse_variance``, ``paper``,
         ``none``; see :func:`wmrl.core.fusion_compare.group_weights`). ``gain`` weights single
         rollouts: use :meth:`rollout_weights`."""

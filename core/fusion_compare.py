@@ -13,9 +13,10 @@ clip decided. Group weights are broadcast to the group's rollouts (:data:`FUSION
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from wmrl.core.fusion_rules import WeightContext, register_fusion
 
@@ -107,8 +108,11 @@ def paper_weight(fusion: Fusion) -> float:
 
 
 def group_weights(
-    fusion: Fusion, is_anchor: np.ndarray, contributes: np.ndarray, executed_share: np.ndarray | None = None
-) -> np.ndarray:
+    fusion: Fusion,
+    is_anchor: npt.NDArray[Any],
+    contributes: npt.NDArray[Any],
+    executed_share: npt.NDArray[Any] | None = None,
+) -> npt.NDArray[Any]:
     """Per-group loss weights of ``mse``, ``inverse_variance``, ``paper`` and ``none``, ``(n_groups,)``.
 
     ``executed_share``: the share in [0, 1] of each group's known rewards that are real (default: 1
@@ -141,7 +145,7 @@ def group_weights(
     return out
 
 
-def _broadcast(fusion: Fusion, ctx: WeightContext) -> np.ndarray:
+def _broadcast(fusion: Fusion, ctx: WeightContext) -> npt.NDArray[Any]:
     weights = group_weights(fusion, ctx.is_anchor, ctx.contributes, ctx.real_share)
     return np.where(ctx.live, weights[:, None], 0.0)
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 if TYPE_CHECKING:
     from wmrl.core.fusion import Fusion
@@ -41,25 +42,25 @@ class WeightContext:
             several times in a step is scored by their mean), NaN where the reward is real or unknown.
     """
 
-    is_anchor: np.ndarray
-    contributes: np.ndarray
-    is_real: np.ndarray
-    known: np.ndarray
-    wm_calls: np.ndarray
+    is_anchor: npt.NDArray[Any]
+    contributes: npt.NDArray[Any]
+    is_real: npt.NDArray[Any]
+    known: npt.NDArray[Any]
+    wm_calls: npt.NDArray[Any]
 
     @property
-    def live(self) -> np.ndarray:
+    def live(self) -> npt.NDArray[Any]:
         """Rollouts that carry a gradient: a known reward in a contributing group."""
         return self.known & self.contributes[:, None]
 
     @property
-    def real_share(self) -> np.ndarray:
+    def real_share(self) -> npt.NDArray[Any]:
         """``(n_groups,)`` share of each group's known rewards that are real."""
         return self.is_real.sum(axis=1) / np.maximum(self.known.sum(axis=1), 1)
 
 
 #: ``(fusion, context) -> (n_groups, G)`` weights.
-FusionRule = Callable[["Fusion", WeightContext], np.ndarray]
+FusionRule = Callable[["Fusion", WeightContext], npt.NDArray[Any]]
 
 FUSION_RULES: dict[str, FusionRule] = {}
 
@@ -90,7 +91,7 @@ def _load_comparisons() -> None:
     import wmrl.core.fusion_compare  # noqa: F401
 
 
-def normalised(raw: np.ndarray) -> np.ndarray:
+def normalised(raw: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """``raw`` scaled so its mean over the rollouts with a positive weight is exactly 1."""
     total, count = raw.sum(), np.count_nonzero(raw > 0)
     out = raw * (count / total) if total > 0 else raw
@@ -100,14 +101,14 @@ def normalised(raw: np.ndarray) -> np.ndarray:
 
 
 @register_fusion("none")
-def flat(fusion: Fusion, ctx: WeightContext) -> np.ndarray:
+def flat(fusion: Fusion, ctx: WeightContext) -> npt.NDArray[Any]:
     """Every rollout that carries a gradient weighs 1: GRPO on real and calibrated rewards alike."""
     fusion.bound_binds = False
     return np.where(ctx.live, 1.0, 0.0)
 
 
 @register_fusion("gain")
-def gain(fusion: Fusion, ctx: WeightContext) -> np.ndarray:
+def gain(fusion: Fusion, ctx: WeightContext) -> npt.NDArray[Any]:
     """``w_i ∝ ρ_i``: ``ρ_r`` for a real reward, the world model's measured gain for one of its own.
 
     Under (A1) every rollout's term ``A_i ∇log π(y_i)`` is its own estimate of the gradient with the

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["GainInputs", "GainStats", "within_sums"]
 
@@ -89,17 +90,17 @@ class GainInputs:
         dup_ss / dup_dof: the same within solution keys scored more than once in the step.
     """
 
-    real: np.ndarray
-    calibrated: np.ndarray
-    group: np.ndarray
-    exec_var: np.ndarray
+    real: npt.NDArray[Any]
+    calibrated: npt.NDArray[Any]
+    group: npt.NDArray[Any]
+    exec_var: npt.NDArray[Any]
     spread_ss: float
     spread_dof: float
     dup_ss: float
     dup_dof: float
 
 
-def within_sums(values: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
+def within_sums(values: npt.NDArray[Any], labels: npt.NDArray[Any]) -> tuple[float, float]:
     """``(Σ (v − mean of its label)², Σ (count − 1))`` over labels with at least two values."""
     if values.size < 2:
         return 0.0, 0.0
@@ -215,7 +216,7 @@ class GainStats(_RunningSums):
         u = self.residual_var
         return None if u is None or u <= 0 else (u - self._fresh()) / u
 
-    def gain_sq(self, calls: float | np.ndarray = 1.0) -> float | np.ndarray | None:
+    def gain_sq(self, calls: float | npt.NDArray[Any] = 1.0) -> float | npt.NDArray[Any] | None:
         """``ρ_n²`` for a score that is the mean of ``calls`` world-model calls (``None`` without evidence)."""
         u, v, beta = self.residual_var, self.spread_var, self.slope
         if u is None or v is None or beta is None:

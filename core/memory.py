@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from wmrl.core.config import require
 
@@ -77,9 +78,9 @@ class MemoryLookup:
         count: ``(n_groups, G)`` executions behind it (0 where unknown).
     """
 
-    known: np.ndarray
-    mean: np.ndarray
-    count: np.ndarray
+    known: npt.NDArray[Any]
+    mean: npt.NDArray[Any]
+    count: npt.NDArray[Any]
 
     @classmethod
     def nothing(cls, shape: tuple[int, int]) -> MemoryLookup:
@@ -115,7 +116,9 @@ class ExecutionMemory:
         n, mean, m2 = entry
         return int(n), mean, (m2 / (n - 1) if n > 1 else 0.0)
 
-    def lookup(self, keys: np.ndarray | None, shape: tuple[int, int], count: bool = True) -> MemoryLookup:
+    def lookup(
+        self, keys: npt.NDArray[Any] | None, shape: tuple[int, int], count: bool = True
+    ) -> MemoryLookup:
         """What is known about each rollout of a ``(n_groups, G)`` matrix of keys (``None`` = no key).
 
         ``count``: add this lookup's hits and misses (rollouts with a key) to the running totals and

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from wmrl.core.advantages import as_reward_matrix
 
@@ -45,17 +46,17 @@ class Plan:
     step: int
     group_keys: tuple[str, ...]
     task_keys: tuple[str, ...] | None
-    anchor: np.ndarray
+    anchor: npt.NDArray[Any]
     fraction: float
-    execute: np.ndarray | None = None
-    repeat: np.ndarray | None = None
-    known: np.ndarray | None = None
+    execute: npt.NDArray[Any] | None = None
+    repeat: npt.NDArray[Any] | None = None
+    known: npt.NDArray[Any] | None = None
 
     @property
     def anchor_indices(self) -> list[int]:
         return [int(i) for i in np.flatnonzero(self.anchor)]
 
-    def execute_mask(self, group_size: int) -> np.ndarray:
+    def execute_mask(self, group_size: int) -> npt.NDArray[Any]:
         """``(n_groups, group_size)`` bool: the rollouts to execute (the anchor rows when ``execute`` is unset)."""
         if self.execute is not None:
             if self.execute.shape[1] != group_size:
@@ -65,7 +66,7 @@ class Plan:
             return self.execute
         return np.repeat(self.anchor[:, None], group_size, axis=1)
 
-    def repeat_mask(self, group_size: int) -> np.ndarray:
+    def repeat_mask(self, group_size: int) -> npt.NDArray[Any]:
         """``(n_groups, group_size)`` bool: the rollouts to execute a second time (none when ``repeat`` is unset)."""
         if self.repeat is not None:
             if self.repeat.shape[1] != group_size:
@@ -94,7 +95,7 @@ def task_keys_of(task_keys: Sequence[Any] | None, n: int) -> tuple[str, ...] | N
     return tuple(str(t) for t in tasks)
 
 
-def solution_key_matrix(keys: Any, shape: tuple[int, int]) -> np.ndarray | None:
+def solution_key_matrix(keys: Any, shape: tuple[int, int]) -> npt.NDArray[Any] | None:
     """Per-rollout solution keys as an object array of ``str | None``, shape ``shape``."""
     if keys is None:
         return None
@@ -108,12 +109,14 @@ def solution_key_matrix(keys: Any, shape: tuple[int, int]) -> np.ndarray | None:
     return out
 
 
-def task_matrix(tasks: Sequence[str] | None, shape: tuple[int, int]) -> np.ndarray:
+def task_matrix(tasks: Sequence[str] | None, shape: tuple[int, int]) -> npt.NDArray[Any]:
     """The task of every rollout, ``(n_groups, G)`` object (``""`` for one task)."""
     return np.array([[t] * shape[1] for t in (tasks or ("",) * shape[0])], dtype=object).reshape(shape)
 
 
-def first_unknown(execute: np.ndarray, known: np.ndarray, keys: np.ndarray) -> np.ndarray:
+def first_unknown(
+    execute: npt.NDArray[Any], known: npt.NDArray[Any], keys: npt.NDArray[Any]
+) -> npt.NDArray[Any]:
     """``execute`` without known solutions, and each unknown solution executed once (its first cell).
 
     A solution's other rollouts get its real score when it lands (the corrector shares it).
@@ -130,7 +133,7 @@ def first_unknown(execute: np.ndarray, known: np.ndarray, keys: np.ndarray) -> n
     return out
 
 
-def _scores(name: str, scores: Any, shape: tuple[int, int]) -> np.ndarray:
+def _scores(name: str, scores: Any, shape: tuple[int, int]) -> npt.NDArray[Any]:
     matrix = as_reward_matrix(scores, name)
     if matrix.shape != shape:
         raise ValueError(f"{name} must have shape {shape} (groups, rollouts); got {matrix.shape}")
@@ -188,11 +191,11 @@ class PlanStream:
         self.wm = np.full(self.shape, np.nan)
         self.added = np.zeros(n, dtype=bool)
 
-    def anchor_rows(self) -> np.ndarray:
+    def anchor_rows(self) -> npt.NDArray[Any]:
         """``(n_groups, G)`` bool: the anchor groups' executions (known before any world-model score)."""
         return self.execute & self.anchor[:, None]
 
-    def add(self, row: int, wm_row: np.ndarray | Sequence[float | None]) -> np.ndarray:
+    def add(self, row: int, wm_row: npt.NDArray[Any] | Sequence[float | None]) -> npt.NDArray[Any]:
         """Group ``row``'s world-model scores are in: its single executions, ``(G,)`` bool (none for an
         anchor group, whose executions :meth:`anchor_rows` gave)."""
         if self.added[row]:

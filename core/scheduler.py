@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from wmrl.core.config import require
 
@@ -54,7 +55,7 @@ def stable_uniform(*parts: Any) -> float:
 _MASK64 = (1 << 64) - 1
 
 
-def stable_uniforms(seed: int, step: int, keys: Sequence[str]) -> np.ndarray:
+def stable_uniforms(seed: int, step: int, keys: Sequence[str]) -> npt.NDArray[Any]:
     """One uniform in [0, 1) per key, depending only on ``(seed, step, key)``; shape ``(len(keys),)``.
 
     Each key is reduced with CRC-32 (stable across processes, unlike ``hash``) and mixed with the
@@ -207,11 +208,11 @@ class AnchorScheduler:
         step: int,
         group_keys: Sequence[str],
         task_keys: Sequence[str] | None = None,
-        uncertainty: Sequence[float] | np.ndarray | None = None,
+        uncertainty: Sequence[float] | npt.NDArray[Any] | None = None,
         in_flight: int = 0,
         fraction: float | None = None,
         count: int | None = None,
-    ) -> np.ndarray:
+    ) -> npt.NDArray[Any]:
         """Boolean mask of shape ``(n_groups,)``: True for the groups graded by real execution.
 
         Args:
@@ -256,8 +257,8 @@ class AnchorScheduler:
         return mask
 
     def _pick(
-        self, k: int, draws: np.ndarray, tasks: list[str], taken: np.ndarray, fraction: float
-    ) -> np.ndarray:
+        self, k: int, draws: npt.NDArray[Any], tasks: list[str], taken: npt.NDArray[Any], fraction: float
+    ) -> npt.NDArray[Any]:
         mask = np.zeros(len(draws), dtype=bool)
         by_draw = np.argsort(draws, kind="stable")
         free = by_draw[~taken[by_draw]].tolist()
@@ -284,16 +285,16 @@ class AnchorScheduler:
         self,
         step: int,
         group_keys: Sequence[str],
-        wm_scores: np.ndarray,
-        anchor: np.ndarray,
+        wm_scores: npt.NDArray[Any],
+        anchor: npt.NDArray[Any],
         budget: int,
-        solution_keys: np.ndarray | None = None,
-        known: np.ndarray | None = None,
-        known_values: np.ndarray | None = None,
-        calibrated: np.ndarray | None = None,
+        solution_keys: npt.NDArray[Any] | None = None,
+        known: npt.NDArray[Any] | None = None,
+        known_values: npt.NDArray[Any] | None = None,
+        calibrated: npt.NDArray[Any] | None = None,
         per_group: float | None = None,
         in_flight: frozenset[str] = frozenset(),
-    ) -> np.ndarray:
+    ) -> npt.NDArray[Any]:
         """Single rollouts to execute outside the anchor groups, shape ``(n_groups, G)`` bool.
 
         Each group's rollouts are ranked by their current estimate: the real outcome where the
@@ -390,14 +391,14 @@ class AnchorScheduler:
         self,
         step: int,
         group_key: str,
-        wm_row: np.ndarray,
+        wm_row: npt.NDArray[Any],
         quota: float,
-        keys_row: np.ndarray | None = None,
-        known_row: np.ndarray | None = None,
-        values_row: np.ndarray | None = None,
-        calibrated_row: np.ndarray | None = None,
+        keys_row: npt.NDArray[Any] | None = None,
+        known_row: npt.NDArray[Any] | None = None,
+        values_row: npt.NDArray[Any] | None = None,
+        calibrated_row: npt.NDArray[Any] | None = None,
         covered: set[str] | None = None,
-    ) -> np.ndarray:
+    ) -> npt.NDArray[Any]:
         """One group's single rollouts to execute, ``(G,)`` bool (the ``per_group`` rule of
         :meth:`select_rollouts`): ``quota`` rounded with a per-(seed, step, group) hashed coin, its
         reject share likewise, each solution at most once per step (``covered``, updated in place)."""
@@ -446,11 +447,11 @@ class AnchorScheduler:
 
     def _rank_group(
         self,
-        wm: np.ndarray,
-        keys: np.ndarray | None,
-        known: np.ndarray,
-        values: np.ndarray | None,
-        calibrated: np.ndarray | None,
+        wm: npt.NDArray[Any],
+        keys: npt.NDArray[Any] | None,
+        known: npt.NDArray[Any],
+        values: npt.NDArray[Any] | None,
+        calibrated: npt.NDArray[Any] | None,
     ) -> tuple[list[tuple[int, int, Any]], list[tuple[int, int, Any]]]:
         """One group's candidates: ``(top, bottom)`` lists of ``(distinct rank, column, key)``, top in
         rank order (within ``rollout_depth``), bottom the candidates in the lower half of the ranking."""
@@ -487,7 +488,9 @@ class AnchorScheduler:
                 bottom.append((rank, c, key))
         return top, bottom
 
-    def select_repeats(self, step: int, group_keys: Sequence[str], execute: np.ndarray) -> np.ndarray:
+    def select_repeats(
+        self, step: int, group_keys: Sequence[str], execute: npt.NDArray[Any]
+    ) -> npt.NDArray[Any]:
         """Executed rollouts to execute a second time, shape ``(n_groups, G)`` bool.
 
         Each executed rollout is repeated when its per-(seed, step, group key, column) hash falls
@@ -505,7 +508,7 @@ class AnchorScheduler:
         mask[rows, cols] = draws < share
         return mask
 
-    def commit(self, mask: np.ndarray, task_keys: Sequence[str] | None = None) -> None:
+    def commit(self, mask: npt.NDArray[Any], task_keys: Sequence[str] | None = None) -> None:
         """Record a step's selection (call once per step, with the mask :meth:`select` returned)."""
         mask = np.asarray(mask, dtype=bool)
         tasks = [""] * len(mask) if task_keys is None else [str(t) for t in task_keys]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from wmrl.core.advantages import as_reward_matrix
 from wmrl.core.arrays import KeyMatrix, RewardMatrix, RolloutMask
@@ -32,7 +33,7 @@ def score_matrix(name: str, scores: Scores, shape: tuple[int, int] | None) -> Re
     return matrix
 
 
-def _refuse_stray(name: str, scores: np.ndarray, allowed: np.ndarray, what: str) -> None:
+def _refuse_stray(name: str, scores: npt.NDArray[Any], allowed: npt.NDArray[Any], what: str) -> None:
     stray = ~allowed & ~np.isnan(scores)
     if stray.any():
         cells = [(int(r), int(c)) for r, c in zip(*np.nonzero(stray), strict=True)][:5]
@@ -43,11 +44,11 @@ def _refuse_stray(name: str, scores: np.ndarray, allowed: np.ndarray, what: str)
 
 
 def _declared_noise(
-    anchor_noise: NoiseModel | np.ndarray | None,
+    anchor_noise: NoiseModel | npt.NDArray[Any] | None,
     shape: tuple[int, int],
-    real: np.ndarray,
-    second: np.ndarray | None,
-) -> NoiseModel | np.ndarray | None:
+    real: npt.NDArray[Any],
+    second: npt.NDArray[Any] | None,
+) -> NoiseModel | npt.NDArray[Any] | None:
     """The declared execution noise, checked against the scores it describes."""
     if anchor_noise is None:
         return None
@@ -111,7 +112,7 @@ class StepInputs:
         return known
 
     @property
-    def anchor(self) -> np.ndarray:
+    def anchor(self) -> npt.NDArray[Any]:
         """``(n_groups,)`` bool: the whole anchor groups."""
         return self.plan.anchor
 
@@ -124,7 +125,7 @@ class StepInputs:
         anchor_scores: Scores,
         wm_variance: Scores | None = None,
         anchor_repeats: Scores | None = None,
-        anchor_noise: NoiseModel | np.ndarray | None = None,
+        anchor_noise: NoiseModel | npt.NDArray[Any] | None = None,
         solution_keys: Any = None,
     ) -> StepInputs:
         """Validate a step's inputs against its plan (see :meth:`Corrector.correct` for each argument).

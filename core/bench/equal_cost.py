@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from wmrl.core.bench.intervals import ci95, mean_ci
 
@@ -38,7 +39,7 @@ __all__ = [
 ]
 
 
-def reward_at(reward: np.ndarray, cost: np.ndarray, at: float) -> float | None:
+def reward_at(reward: npt.NDArray[Any], cost: npt.NDArray[Any], at: float) -> float | None:
     """The reward a run has at cumulative cost ``at`` (``None`` when it stopped before spending it).
 
     Args:
@@ -52,7 +53,9 @@ def reward_at(reward: np.ndarray, cost: np.ndarray, at: float) -> float | None:
     return float(reward[max(last, 0)])
 
 
-def mean_curve(rewards: Sequence[np.ndarray], costs: Sequence[np.ndarray], grid: np.ndarray) -> np.ndarray:
+def mean_curve(
+    rewards: Sequence[npt.NDArray[Any]], costs: Sequence[npt.NDArray[Any]], grid: npt.NDArray[Any]
+) -> npt.NDArray[Any]:
     """Seed-mean reward on a cost ``grid`` (NaN at grid points some seed did not reach)."""
     out = np.full((len(rewards), grid.size), np.nan)
     for i, (r, c) in enumerate(zip(rewards, costs, strict=True)):
@@ -65,7 +68,10 @@ def mean_curve(rewards: Sequence[np.ndarray], costs: Sequence[np.ndarray], grid:
 
 
 def cost_to(
-    rewards: Sequence[np.ndarray], costs: Sequence[np.ndarray], level: float, grid_points: int = 400
+    rewards: Sequence[npt.NDArray[Any]],
+    costs: Sequence[npt.NDArray[Any]],
+    level: float,
+    grid_points: int = 400,
 ) -> float | None:
     """The cost at which the seed-mean reward first reaches ``level`` (``None``: never, in the costs run).
 
@@ -87,7 +93,9 @@ def cost_to(
 
 
 def paired(
-    a: Sequence[tuple[np.ndarray, np.ndarray]], b: Sequence[tuple[np.ndarray, np.ndarray]], at: float
+    a: Sequence[tuple[npt.NDArray[Any], npt.NDArray[Any]]],
+    b: Sequence[tuple[npt.NDArray[Any], npt.NDArray[Any]]],
+    at: float,
 ) -> dict[str, float | int | None]:
     """Per-seed differences ``reward_a(at) − reward_b(at)`` (seeds in the same order), mean and 95% CI.
 
@@ -102,7 +110,7 @@ def paired(
 
 
 #: ``{arm: {seed: (reward, cost)}}``: each arm's per-seed curves, ``(steps + 1,)`` each or longer.
-Curves = Mapping[str, Mapping[int, tuple[np.ndarray, np.ndarray]]]
+Curves = Mapping[str, Mapping[int, tuple[npt.NDArray[Any], npt.NDArray[Any]]]]
 
 
 def equal_cost_summary(

@@ -12,8 +12,10 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from wmrl.core.corrector import Corrector, CorrectorConfig
 from wmrl.core.debias import DebiasConfig, OnlineDebiaser
@@ -23,7 +25,7 @@ BUFFER_SIZES = (100, 1000, 5000, 20_000, 50_000)
 GROUP_SIZE = 8
 
 
-def _scores(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _scores(rng: np.random.Generator, n: int) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     true = rng.random((n, GROUP_SIZE))
     wm = np.clip(0.2 + 0.7 * true**2 + rng.normal(0, 0.05, true.shape), 0, 1)
     return true, wm

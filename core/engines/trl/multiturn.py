@@ -107,7 +107,7 @@ class TurnContext:
     """
 
     rows: list[Mapping[str, Any]]
-    anchor: np.ndarray | None
+    anchor: npt.NDArray[Any] | None
     pipeline: RewardPipeline
     item_fn: Callable[[str, Mapping[str, Any]], Any]
     episodes: EpisodeFactory
@@ -124,7 +124,7 @@ class TurnContext:
     real_grades: list[Any] = field(default_factory=list)
     #: ``anchor`` unset: ``(first-turn world-model scores, (n,)) -> anchor rows``, the trajectories to
     #: execute (per-rollout anchors read the world model's scores before choosing)
-    choose: Callable[[np.ndarray], np.ndarray] | None = None
+    choose: Callable[[npt.NDArray[Any]], npt.NDArray[Any]] | None = None
     #: asynchronous anchors: every row is graded by the world model alone and nothing is executed during
     #: the rollout (``anchor`` and ``choose`` are ignored); the rollout fills ``turn_items`` and ``kept``
     shadow: bool = False

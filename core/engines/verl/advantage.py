@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from wmrl.core.corrector import Correction
 from wmrl.core.pipeline import RewardPipeline
@@ -41,16 +42,16 @@ class RowCorrection:
         step_key: ``<global step>``: the step this correction belongs to.
     """
 
-    uids: np.ndarray
-    advantages: np.ndarray
-    rewards: np.ndarray
-    real: np.ndarray
-    anchor_rows: np.ndarray
+    uids: npt.NDArray[Any]
+    advantages: npt.NDArray[Any]
+    rewards: npt.NDArray[Any]
+    real: npt.NDArray[Any]
+    anchor_rows: npt.NDArray[Any]
     correction: Correction
     step_key: int
 
 
-def _groups(uids: Sequence[Any]) -> tuple[list[str], np.ndarray, np.ndarray]:
+def _groups(uids: Sequence[Any]) -> tuple[list[str], npt.NDArray[Any], npt.NDArray[Any]]:
     """Group keys (first appearance order), each row's group index and its position in the group."""
     keys: dict[str, int] = {}
     group_of = np.empty(len(uids), dtype=np.int64)
@@ -98,7 +99,7 @@ def correct_rows(
             first.setdefault(int(g), str(tasks[i]))
         group_tasks = [first[g] for g in range(len(keys))]
 
-    def matrix(flat: Sequence[Any], dtype: Any = np.float64) -> np.ndarray:
+    def matrix(flat: Sequence[Any], dtype: Any = np.float64) -> npt.NDArray[Any]:
         out = np.full((len(keys), width), np.nan if dtype is np.float64 else None, dtype=dtype)
         out[group_of, slot] = np.asarray(flat, dtype=dtype)
         return out
