@@ -81,10 +81,10 @@ def load_episodes(paths: Sequence[str], camera: str) -> list[Episode]:
                 raise ValueError(f"{demo.name} does not record whether it succeeded; it cannot be labelled")
             if demo.length < 2:
                 continue  # one frame shows no progress
+            # named by the file's path: recordings in different folders share file names
+            name = f"{f}:{demo.name.rsplit(':', 1)[-1]}"
             episodes.append(
-                Episode(
-                    demo.oriented("upright").frames[camera], demo.instruction, bool(demo.success), demo.name
-                )
+                Episode(demo.oriented("upright").frames[camera], demo.instruction, bool(demo.success), name)
             )
     return episodes
 

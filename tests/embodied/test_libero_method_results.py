@@ -63,3 +63,33 @@ def test_the_three_mode_table_is_the_recorded_benchmark():
             assert f"s{seed}: {entry['after_successes']}/{entry['after_episodes']}" in line, line
         pooled = row["after_pooled"]
         assert f"{pooled['successes']}/{pooled['episodes']}" in line, line
+
+
+def test_the_policy_episode_fidelity_table_is_the_recorded_measurement():
+    folder = RESULTS / "world-model-policy-episodes"
+    docs = _section()
+    start = docs.index("**The world model on the SFT policy's own episodes**")
+    table = docs[start : docs.index("**The three modes**", start)]
+    lines = [x for x in table.splitlines() if x.startswith("| ") and "AUROC" not in x and "---" not in x]
+    old_new = [
+        (json.loads((folder / "measured-wm-t5-128-on-noisy.json").read_text()),
+         json.loads((folder / "measured-wm-t5-128-sftpol-on-noisy.json").read_text())),
+        (json.loads((folder / "measured-wm-t5-128-on-heldout-all.json").read_text()),
+         json.loads((folder / "fidelity.json").read_text())["held_out"]),
+    ]  # fmt: skip
+    modes = ("potential", "final", "max", "success")
+    assert len(lines) == len(old_new) * len(modes)
+    for k, (old, new) in enumerate(old_new):
+        for j, mode in enumerate(modes):
+            line = lines[k * len(modes) + j]
+            assert f"| {mode} | {_auroc(old['modes'][mode])} | {_auroc(new['modes'][mode])} |" in line, line
+    old_sft = json.loads((folder / "measured-wm-t5-128-on-sftpol-t5-128-heldout.json").read_text())
+    new_sft = json.loads((folder / "measured-wm-t5-128-sftpol-on-sftpol-t5-128-heldout.json").read_text())
+    called = [s["scores"]["success"] >= 0.5 for s in old_sft["scores"]]
+    assert (
+        f"calls {sum(called)}\nof the {len(called)} a success" in table
+        or f"calls {sum(called)} of the" in table
+    )
+    assert f"mean success\nprobability of {old_sft['modes']['success']['mean_failure']:.2f}" in table
+    assert max(s["scores"]["success"] for s in new_sft["scores"]) < 0.005
+    assert "`final` 0.60" in table and round(new_sft["modes"]["final"]["mean_failure"], 2) == 0.60
