@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -142,9 +142,13 @@ class LiberoEnv(gym.Env):
         """Place an initial state and settle.
 
         Args:
-            seed: seeds robosuite's placement generator and ``self.np_random``. With a fixed
-                initial state the episode does not depend on it (the state overwrites everything
-                the generator placed); it is recorded in ``info["seed"]``.
+            seed: seeds the placement of the scene at this reset (robosuite's generator, and
+                numpy's global one, from which LIBERO's region samplers draw, as upstream LIBERO's
+                ``env.seed`` seeds it; restored afterwards) and ``self.np_random``. A fixed initial
+                state overwrites every object the samplers placed, but not the *fixtures* (objects
+                without a free joint, e.g. task 5's desk caddy), which are placed anew at every
+                reset within their region: with ``seed=None`` that placement is random, with a
+                seed it is that seed's. Recorded in ``info["seed"]``.
             options: ``{"init_state": k}`` (default 0) or ``{"state": flattened MuJoCo state}`` (a
                 demonstration's first state), and optionally ``{"task_id": t}``.
 
@@ -180,13 +184,15 @@ class LiberoEnv(gym.Env):
                 raise ValueError(f"init_state must be an integer in [0, {states.shape[0] - 1}]; got {k!r}")
             k = int(k)
             start = states[k]
-        if self._sim is None or self._sim_task_id != self._task.task_id:
-            self._build_sim()
-        sim = self._sim
-        self._seed = seed
-        if seed is not None:
-            sim.seed(int(seed))
-        sim.reset()
+        with _legacy_numpy_seed(seed):  # building the simulator draws from it too
+            if self._sim is None or self._sim_task_id != self._task.task_id:
+                self._build_sim()
+            sim = self._sim
+            self._seed = seed
+            if seed is not None:
+                sim.seed(int(seed))
+                np.random.seed(int(seed) % 2**32)  # the placement below, whatever building drew
+            sim.reset()
         # Nobody looks at the frames of the settle steps: switch the cameras off while placing the
         # initial state and settling, then render once. Physics does not depend on rendering, so the
         # episode is unchanged; a reset costs one render instead of twelve.
@@ -346,3 +352,23 @@ class LiberoEnv(gym.Env):
             "steps": self._steps,
             "seed": self._seed,
         }
+
+
+@contextlib.contextmanager
+def _legacy_numpy_seed(seed: int | None) -> Iterator[None]:
+    """Seed numpy's global generator for the block and restore its state after it (``None``: leave it).
+
+    LIBERO's region samplers (fixture placement) draw from ``np.random``; its ``env.seed`` seeds that
+    generator, but under robosuite 1.5 the method is shadowed by robosuite's ``seed`` attribute, so
+    without this the fixtures' placement was unseeded and episodes from one initial state and seed
+    differed by 1-3 steps.
+    """
+    if seed is None:
+        yield
+        return
+    saved = np.random.get_state()
+    np.random.seed(int(seed) % 2**32)
+    try:
+        yield
+    finally:
+        np.random.set_state(saved)
