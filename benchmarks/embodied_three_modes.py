@@ -69,11 +69,21 @@ def _evaluate(args: argparse.Namespace, policy: str, out: Path) -> None:
         str(args.workers),
         "--soft-reset",
         "--cameras",
-        "agentview",
+        _policy_cameras(policy),
         "--out",
         str(out),
     ]
     _run(cmd, out.with_suffix(".log"))
+
+
+def _policy_cameras(policy: str) -> str:
+    """The cameras a saved policy reads (``agentview``, and its wrist camera if it has one), comma-separated:
+    only those are rendered."""
+    import json
+
+    saved = json.loads((Path(policy) / "minivla.json").read_text())["policy"]
+    keys = [saved["image_key"], saved.get("wrist_image_key")]
+    return ",".join(k.removesuffix("_image") for k in keys if k)
 
 
 def _last_policy(train_dir: Path) -> str:
