@@ -93,3 +93,24 @@ def test_the_policy_episode_fidelity_table_is_the_recorded_measurement():
     assert f"mean success\nprobability of {old_sft['modes']['success']['mean_failure']:.2f}" in table
     assert max(s["scores"]["success"] for s in new_sft["scores"]) < 0.005
     assert "`final` 0.60" in table and round(new_sft["modes"]["final"]["mean_failure"], 2) == 0.60
+
+
+def test_the_wrist_sft_rows_are_the_recorded_runs():
+    docs = _section()
+    wrist = RESULTS / "sft-128px-wrist"
+    epochs = json.loads((wrist / "epochs.json").read_text())["per_epoch_means"]
+    line = next(x for x in docs.splitlines() if x.startswith("| 128 px, agentview + wrist |"))
+    first, last = epochs[0], epochs[-1]
+    assert f"{first['loss']:.2f} -> {last['loss']:.2f}" in line, line
+    assert f"{first['token_accuracy']:.2f} -> {last['token_accuracy']:.2f}" in line, line
+    trained = json.loads((wrist / "eval_info-states0-9-300steps.json").read_text())
+    wins = [e for e in trained["per_episode"] if e["success"]]
+    assert (
+        f"{len(wins)} of {len(trained['per_episode'])} (state {wins[0]['init_state']}, {wins[0]['steps']} steps)"
+        in line
+    )
+    held = [json.loads((wrist / f"eval_info-heldout-{n}steps.json").read_text()) for n in (200, 300)]
+    assert [h["overall"]["pc_success"] for h in held] == [0.0, 0.0]
+    plain = json.loads((RESULTS / "sft-128px" / "eval_info-states0-9-300steps.json").read_text())
+    plain_line = next(x for x in docs.splitlines() if x.startswith("| 128 px, agentview only |"))
+    assert plain["overall"]["pc_success"] == 0.0 and "| 0 of 10 |" in plain_line
