@@ -114,3 +114,21 @@ def test_the_wrist_sft_rows_are_the_recorded_runs():
     plain = json.loads((RESULTS / "sft-128px" / "eval_info-states0-9-300steps.json").read_text())
     plain_line = next(x for x in docs.splitlines() if x.startswith("| 128 px, agentview only |"))
     assert plain["overall"]["pc_success"] == 0.0 and "| 0 of 10 |" in plain_line
+
+
+def test_the_wrist_three_mode_table_is_the_recorded_benchmark():
+    summary = json.loads((RESULTS / "three-modes-wrist" / "summary.json").read_text())
+    docs = _section()
+    assert summary["before"]["successes"] == 0 and summary["before"]["episodes"] == 10
+    for mode, row in summary["modes"].items():
+        seed = row["seeds"]["0"]
+        line = next(
+            x
+            for x in docs.splitlines()
+            if x.startswith(f"| {mode} | ") and "(of 8)" not in x and "| 1, " in x
+        )
+        wins = ", ".join(str(round(r * 8)) for r in seed["train_success_rate"])
+        assert f"| {wins} | {seed['after_successes']}/{seed['after_episodes']} |" in line, line
+        if mode != "real":
+            weights = ", ".join(f"{w:.2f}" for w in seed["weight_world_model"])
+            assert weights in line, line
