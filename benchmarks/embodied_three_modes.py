@@ -81,9 +81,10 @@ def _policy_cameras(policy: str) -> str:
     only those are rendered."""
     import json
 
+    from wmrl.embodied.policy.minivla_policy import MiniVLAPolicyConfig
+
     saved = json.loads((Path(policy) / "minivla.json").read_text())["policy"]
-    keys = [saved["image_key"], saved.get("wrist_image_key")]
-    return ",".join(k.removesuffix("_image") for k in keys if k)
+    return ",".join(MiniVLAPolicyConfig(**saved).cameras)
 
 
 def _last_policy(train_dir: Path) -> str:

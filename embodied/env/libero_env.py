@@ -184,14 +184,16 @@ class LiberoEnv(gym.Env):
                 raise ValueError(f"init_state must be an integer in [0, {states.shape[0] - 1}]; got {k!r}")
             k = int(k)
             start = states[k]
-        with _legacy_numpy_seed(seed):  # building the simulator draws from it too
+        # LIBERO's region samplers place the fixtures from numpy's global generator: seed it for this
+        # reset (after building, which draws from it too), and give the caller's back afterwards
+        with _numpy_global_restored(seed is not None):
             if self._sim is None or self._sim_task_id != self._task.task_id:
                 self._build_sim()
             sim = self._sim
             self._seed = seed
             if seed is not None:
                 sim.seed(int(seed))
-                np.random.seed(int(seed) % 2**32)  # the placement below, whatever building drew
+                np.random.seed(int(seed) % 2**32)
             sim.reset()
         # Nobody looks at the frames of the settle steps: switch the cameras off while placing the
         # initial state and settling, then render once. Physics does not depend on rendering, so the
@@ -355,20 +357,16 @@ class LiberoEnv(gym.Env):
 
 
 @contextlib.contextmanager
-def _legacy_numpy_seed(seed: int | None) -> Iterator[None]:
-    """Seed numpy's global generator for the block and restore its state after it (``None``: leave it).
+def _numpy_global_restored(restore: bool) -> Iterator[None]:
+    """Give numpy's global generator the state it had before the block (``restore`` false: leave it).
 
     LIBERO's region samplers (fixture placement) draw from ``np.random``; its ``env.seed`` seeds that
-    generator, but under robosuite 1.5 the method is shadowed by robosuite's ``seed`` attribute, so
-    without this the fixtures' placement was unseeded and episodes from one initial state and seed
-    differed by 1-3 steps.
+    generator, but under robosuite 1.5 the method is shadowed by robosuite's ``seed`` attribute, so a
+    seeded reset seeds it itself, and must not leave the caller's generator seeded.
     """
-    if seed is None:
-        yield
-        return
-    saved = np.random.get_state()
-    np.random.seed(int(seed) % 2**32)
+    saved = np.random.get_state() if restore else None
     try:
         yield
     finally:
-        np.random.set_state(saved)
+        if saved is not None:
+            np.random.set_state(saved)

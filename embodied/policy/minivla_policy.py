@@ -45,12 +45,21 @@ from wmrl.embodied.policy.prismatic_checkpoint import (
 )
 from wmrl.embodied.policy.tokenizer import add_extra_tokens, load_tokenizer
 
-__all__ = ["LORA_TARGETS", "MiniVLAPolicy", "MiniVLAPolicyConfig", "load_minivla", "load_saved_policy"]
+__all__ = [
+    "LORA_TARGETS",
+    "WRIST_IMAGE_KEY",
+    "MiniVLAPolicy",
+    "MiniVLAPolicyConfig",
+    "load_minivla",
+    "load_saved_policy",
+]
 
 META_FILE = "minivla.json"
 META_FORMAT = "wmrl-minivla-policy/1"
 QWEN_SYSTEM_PROMPT = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+#: The wrist camera openvla-mini's LIBERO evaluation feeds a ``-wrist`` checkpoint (robosuite's eye-in-hand).
+WRIST_IMAGE_KEY = "robot0_eye_in_hand_image"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -145,11 +154,10 @@ class MiniVLAPolicyConfig:
 
     def observation_contract(self) -> dict[str, Any]:
         """What the policy expects its images to be (evaluation and training check against it)."""
+        cameras = self.cameras
         return {
-            "camera": self.image_key.removesuffix("_image"),
-            "wrist_camera": None
-            if self.wrist_image_key is None
-            else self.wrist_image_key.removesuffix("_image"),
+            "camera": cameras[0],
+            "wrist_camera": cameras[1] if len(cameras) > 1 else None,
             "orientation": self.orientation,
             "render_size": self.render_size,
             "jpeg_quality": self.jpeg_quality,
@@ -159,6 +167,11 @@ class MiniVLAPolicyConfig:
     def image_keys(self) -> tuple[str, ...]:
         """The observation entries read a step, in the model's order (third-person, then wrist)."""
         return (self.image_key,) if self.wrist_image_key is None else (self.image_key, self.wrist_image_key)
+
+    @property
+    def cameras(self) -> tuple[str, ...]:
+        """The cameras those entries come from (``agentview_image`` -> ``agentview``), in the same order."""
+        return tuple(key.removesuffix("_image") for key in self.image_keys)
 
     @property
     def logprob_temperature(self) -> float:
@@ -244,8 +257,7 @@ class MiniVLAPolicy:
             run.model_config.image_sequence_len == 2
             and (config or MiniVLAPolicyConfig()).wrist_image_key is None
         ):
-            # openvla-mini's LIBERO eval reads robosuite's eye-in-hand camera
-            config = replace(config or MiniVLAPolicyConfig(), wrist_image_key="robot0_eye_in_hand_image")
+            config = replace(config or MiniVLAPolicyConfig(), wrist_image_key=WRIST_IMAGE_KEY)
         tok_dir = Path(tokenizer_path) if tokenizer_path is not None else Path(run_dir) / "tokenizer"
         tokenizer = load_tokenizer(tok_dir)
         model = MiniVLA(run.model_config)

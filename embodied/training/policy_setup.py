@@ -100,7 +100,12 @@ def build_policy(spec: PolicySpec, lora: LoraConfig, image_key: str, suite: str 
     Raises:
         FileNotFoundError: ``spec.source`` is neither ``tiny`` nor a policy folder.
     """
-    from wmrl.embodied.policy.minivla_policy import MiniVLAPolicy, MiniVLAPolicyConfig, load_saved_policy
+    from wmrl.embodied.policy.minivla_policy import (
+        WRIST_IMAGE_KEY,
+        MiniVLAPolicy,
+        MiniVLAPolicyConfig,
+        load_saved_policy,
+    )
 
     settings = acting_settings(spec, image_key)
     if suite is not None and "unnorm_key" not in settings:
@@ -121,7 +126,7 @@ def build_policy(spec: PolicySpec, lora: LoraConfig, image_key: str, suite: str 
             from wmrl.embodied.policy.prismatic_checkpoint import images_per_step
 
             vla = json.loads((path / "config.json").read_text()).get("vla", {})
-            wrist = "robot0_eye_in_hand_image" if images_per_step(vla) == 2 else None
+            wrist = WRIST_IMAGE_KEY if images_per_step(vla) == 2 else None
             _check_wrist(spec, wrist, path)
             settings["wrist_image_key"] = wrist
             policy = MiniVLAPolicy.from_prismatic(

@@ -81,7 +81,7 @@ class SFTTrainer:
             config.policy.as_policy_spec(), config.lora, image_key=f"{data.camera}_image", suite=data.suite
         )
         # the policy's cameras in its order: data.camera, then its wrist camera if it reads one
-        self.cameras = tuple(key.removesuffix("_image") for key in self.policy.config.image_keys)
+        self.cameras = self.policy.config.cameras
         self.demos, self.demo_report = load_demos(
             data, run_dir.path / "demos", progress=progress, cameras=self.cameras
         )

@@ -133,7 +133,7 @@ class LiberoDomain:
     @property
     def policy_cameras(self) -> tuple[str, ...]:
         """The cameras rendered: ``env.camera``, then the policy's wrist camera if it reads one."""
-        return tuple(key.removesuffix("_image") for key in self.policy.config.image_keys)
+        return self.policy.config.cameras
 
     def env_config(self) -> LiberoEnvConfig:
         env = self.config.env

@@ -725,11 +725,14 @@ class WMRLGRPOTrainer(GRPOTrainer):
             )
         return output
 
-    def _rows_every_rank(self, output: dict[str, Any], late: list[Any], multiple: int) -> int:
+    def _rows_every_rank(self, output: dict[str, Any], late: list[Any], multiple: int) -> int | None:
         """The row count every rank's batch is padded to: the most any rank has with its late rows
-        (TRL gathers per-row metrics across ranks, which needs as many rows on each)."""
+        (TRL gathers per-row metrics across ranks, which needs as many rows on each); ``None`` on one
+        process (its own count, which ``append_rows`` works out)."""
+        if self._processes == 1:
+            return None
         rows = padded_rows(output["advantages"].shape[0] + live_rows(late), multiple)
-        return int(max(gather_object([rows]))) if self._processes > 1 else rows
+        return int(max(gather_object([rows])))
 
     def _hold(self, step: _Step, output: dict[str, Any], tool_mask: Any) -> None:
         """Keep this batch's rows and what it trained on until its executions land (``tool_mask``: TRL's
