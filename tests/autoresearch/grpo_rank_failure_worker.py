@@ -2,9 +2,10 @@
 ``FAILING_RANK``'s anchor source raises on its first execution; every rank records how its training
 ended in ``OUT/rank<r>.json``.
 
-Usage: ``torchrun --nproc_per_node 2 grpo_rank_failure_worker.py OUT LAG FAILING_RANK`` (``LAG`` =
-``max_anchor_lag``: 0 raises in the synchronous scoring, 1 in the worker thread of the asynchronous
-anchors; ``FAILING_RANK`` -1: no rank fails).
+Usage: ``torchrun --nproc_per_node 2 grpo_rank_failure_worker.py OUT LAG FAILING_RANK [TURNS]``
+(``LAG`` = ``max_anchor_lag``: 0 raises in the synchronous scoring, 1 in the worker thread of the
+asynchronous anchors; ``FAILING_RANK`` -1: no rank fails; ``TURNS`` 2: K-turn episodes, where the
+execution raises inside the rollout, between two turns' generation).
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from test_training_trainer import Counting, grpo_args, make_trainer, real_formula
+from test_training_trainer import grpo_args, make_trainer, real_formula, wm_formula
+from vllm_grpo_worker import FeedbackSource, TextEpisode
 
 FAILING_RANK = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+TURNS = int(sys.argv[4]) if len(sys.argv) > 4 else 1
 
 
-class FailingAnchor(Counting):
+class FailingAnchor(FeedbackSource):
     """The closed-form real score, except that rank ``FAILING_RANK``'s first execution raises."""
 
     def score(self, items):
@@ -36,9 +39,16 @@ def main(out: Path, lag: int) -> None:
     rank = int(os.environ["RANK"])
     args = grpo_args(out / "train", steps=3, save_strategy="steps", save_steps=3, prompts_per_step=2, group=2)
     changes = {"asynchrony": AsynchronyConfig(max_anchor_lag=lag)} if lag else None
+    turns = {}
+    if TURNS > 1:
+        turns = {
+            "world_model": FeedbackSource(wm_formula, "world_model", "wm"),
+            "episodes": TextEpisode,
+            "turns": TURNS,
+        }
     trainer, _, _ = make_trainer(
         out, "wmrl", preset=None, preset_changes=changes, args=args,
-        anchor=FailingAnchor(real_formula, "anchor", "real"),
+        anchor=FailingAnchor(real_formula, "anchor", "real"), **turns,
     )  # fmt: skip
     try:
         trainer.train()

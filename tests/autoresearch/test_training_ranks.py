@@ -131,13 +131,13 @@ def test_logs_and_costs_describe_every_rank(ranks):
     assert [r["streams"]["anchor"]["items"] for r in saved["ranks"]] == own_items
 
 
-def _failure_run(tmp_path, port: int, lag: int, failing_rank: int) -> tuple[int, list[dict]]:
+def _failure_run(tmp_path, port: int, lag: int, failing_rank: int, turns: int = 1) -> tuple[int, list[dict]]:
     """``grpo_rank_failure_worker.py`` on two ranks; the launcher's monitor is slowed to 60 s so that it
     cannot be what stops a rank."""
     worker = Path(__file__).with_name("grpo_rank_failure_worker.py")
     command = [
         sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={RANKS}", "--master_addr=127.0.0.1",
-        f"--master_port={port}", "--monitor-interval=60", str(worker), str(tmp_path), str(lag), str(failing_rank),
+        f"--master_port={port}", "--monitor-interval=60", str(worker), str(tmp_path), str(lag), str(failing_rank), str(turns),
     ]  # fmt: skip
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
@@ -159,6 +159,19 @@ def test_an_execution_that_raises_on_one_rank_stops_every_rank(tmp_path, unused_
     assert "rank 1: OSError: sandbox daemon went away (injected)" in zero["message"]
     # synchronous: the first step's own executions; asynchronous: they raise when they land a step later
     assert zero["step"] == one["step"] == lag
+
+
+def test_an_execution_that_raises_between_two_turns_on_one_rank_stops_every_rank(tmp_path, unused_port):
+    """K-turn episodes execute inside the rollout, between turns: rank 1's failure there stops rank 0
+    too, in the same step, instead of leaving it in the next turn's collective."""
+    returncode, (zero, one) = _failure_run(tmp_path, unused_port(), 0, failing_rank=1, turns=2)
+    assert returncode != 0
+    assert one["ended"] == "OSError" and "injected" in one["message"]
+    assert zero["ended"] == "PeerRankFailed", zero
+    assert zero["message"].startswith(
+        "a turn's grading (world model or anchor execution) failed on another rank"
+    )
+    assert zero["step"] == one["step"] == 0
 
 
 @pytest.mark.parametrize("lag", [1, 2])

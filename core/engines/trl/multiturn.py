@@ -45,6 +45,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from wmrl.core.engines.trl.rank_failures import fail_together
 from wmrl.core.pipeline import RewardPipeline
 
 __all__ = [
@@ -130,6 +131,9 @@ class TurnContext:
     shadow: bool = False
     #: per turn, the ``(n,)`` items the rows' replies became (filled by the rollout in ``shadow`` mode)
     turn_items: list[list[Any]] = field(default_factory=list)
+    #: TRL processes: each turn's grading on one rank is agreed with every rank (``fail_together``), so a
+    #: failed execution stops them all instead of leaving the others in the next turn's collective
+    processes: int = 1
     #: the rows' episodes after the rollout (``shadow`` mode), for the real trajectory rewards
     kept: list[TurnEpisode] = field(default_factory=list)
 
@@ -161,6 +165,16 @@ def feedback_suffix(
     if reply_ended and eos and suffix.startswith(eos):
         suffix = suffix[len(eos) :]
     return suffix
+
+
+def _graded(ctx: TurnContext, items: list[Any], *args: Any, **kwargs: Any) -> Any:
+    """``ctx.pipeline.score(items, *args, **kwargs)`` for one turn on this rank, agreed with every rank
+    (see :func:`fail_together`)."""
+    return fail_together(
+        lambda: ctx.pipeline.score(items, *args, need_feedback=True, **kwargs),
+        ctx.processes,
+        "a turn's grading (world model or anchor execution)",
+    )
 
 
 def _value(x: float) -> float | None:
@@ -207,20 +221,21 @@ def multi_turn_rollout(ctx: TurnContext, prompts: list) -> dict[str, Any]:
         for i, text in enumerate(texts):
             episodes[i].add_reply(text)
             items.append(ctx.item_fn(text, ctx.rows[i]))
+        # every rank takes the same branch at the same turn, so each meets the others in its guard
         if ctx.shadow:
             ctx.anchor = np.zeros(n, dtype=bool)
             ctx.turn_items.append(items)
-            scores = ctx.pipeline.score(items, anchor=False, need_feedback=True)
+            scores = _graded(ctx, items, anchor=False)
         elif ctx.anchor is None:
             # Per-rollout anchors: the world model grades the first turn, the plan chooses from its
             # scores which trajectories are executed (at this turn and every later one).
             if ctx.choose is None:
                 raise ValueError("TurnContext needs anchor rows or a choose callback")
-            scores = ctx.pipeline.score(items, anchor=False, need_feedback=True)
-            ctx.anchor = np.asarray(ctx.choose(scores.wm), dtype=bool)
-            scores.take_real(ctx.pipeline.score(items, ctx.anchor, world_model=False, need_feedback=True))
+            scores = _graded(ctx, items, anchor=False)
+            ctx.anchor = np.asarray(ctx.choose(scores.wm), dtype=bool)  # a collective: outside the guards
+            scores.take_real(_graded(ctx, items, ctx.anchor, world_model=False))
         else:
-            scores = ctx.pipeline.score(items, ctx.anchor, need_feedback=True)
+            scores = _graded(ctx, items, ctx.anchor)
         ctx.seconds(scores.seconds)
         ctx.statuses.extend(scores.statuses)
         ctx.real_grades.extend(

@@ -1023,6 +1023,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
             sampling_logprobs=bool(self.use_vllm),
             real_grades=step.real_grades,
             shadow=shadow,
+            processes=self._processes,
         )
         step.turns_context = context
         return context
