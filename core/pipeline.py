@@ -83,6 +83,8 @@ COST_REPORT_KEYS = frozenset(
 #: The correction's files inside every checkpoint folder (TRL's, verl's and the loop trainer's).
 CORRECTOR_FILE = "wmrl_corrector.json"
 LEDGER_FILE = "wmrl_ledger.json"
+#: What a world model learned from the run (one with ``state_dict``: a surrogate, a fusion of several).
+WORLD_MODEL_FILE = "wmrl_world_model.json"
 
 
 @dataclass
@@ -947,6 +949,20 @@ class RewardPipeline:
         tmp = folder / (LEDGER_FILE + ".tmp")
         tmp.write_text(json.dumps({"ranks": ranks}))
         tmp.replace(folder / LEDGER_FILE)  # atomic: never a truncated ledger
+        state = self._world_model_state()
+        if state is not None:
+            tmp = folder / (WORLD_MODEL_FILE + ".tmp")
+            tmp.write_text(json.dumps(state()))
+            tmp.replace(folder / WORLD_MODEL_FILE)
+
+    def _world_model_state(self) -> Callable[[], Any] | None:
+        """The world model's ``state_dict`` when it learns from the run (``None``: it holds nothing)."""
+        state = getattr(self.world_model, "state_dict", None)
+        return (
+            state
+            if callable(state) and callable(getattr(self.world_model, "load_state_dict", None))
+            else None
+        )
 
     def load(self, folder: str | os.PathLike, rank: int = 0, world: int = 1) -> None:
         """Restore the corrector and this rank's ledger from a checkpoint ``folder`` written by :meth:`save`.
@@ -955,8 +971,9 @@ class RewardPipeline:
         start from zero, so the run-wide sum stays right.
 
         Raises:
-            FileNotFoundError: the folder holds no correction state (it was not written by WMRL), or no
-                ledger (the costs spent before it would be lost from the cost report).
+            FileNotFoundError: the folder holds no correction state (it was not written by WMRL), no
+                ledger (the costs spent before it would be lost from the cost report), or no state of a
+                world model that learns from the run (what it learned would be lost).
             ValueError: the saved corrector was configured differently from this run's.
         """
         folder = Path(folder)
@@ -988,6 +1005,16 @@ class RewardPipeline:
             own = CostLedger().state_dict()
         own["accelerators"] = dict(self.ledger.accelerators)  # what this process holds now
         self.ledger.load_state_dict(own)
+        if self._world_model_state() is not None:
+            state_path = folder / WORLD_MODEL_FILE
+            if not state_path.exists():
+                raise FileNotFoundError(
+                    2,
+                    f"no {WORLD_MODEL_FILE}: this run's world model learns from the run, and the checkpoint "
+                    "holds nothing it learned (it was written by a run whose world model did not learn)",
+                    str(state_path),
+                )
+            self.world_model.load_state_dict(json.loads(state_path.read_text()))  # type: ignore[union-attr]
 
     # -- report -----------------------------------------------------------------------------------
     def cost_report(

@@ -16,19 +16,26 @@ Two reward sources for the ``world_model`` role, each a plain :class:`~wmrl.core
   prequential). A source that is unknown for a rollout is left out of that rollout's combination.
 
 The pipeline feeds both: after each step it hands the world-model source the rollouts executed and
-their real outcomes (``learn(items, values)``, an optional method any source may implement).
+their real outcomes (``learn(items, values)``, an optional method any source may implement), and it
+saves what they learned in its checkpoints (``state_dict`` / ``load_state_dict``, optional too).
+
+:meth:`FusedWorldModel.grade` keeps the first source's status, information and feedback (what a
+K-turn agent observes next) and replaces its value by the fused one: a domain whose world model
+predicts more than a number (AutoResearch's predicted traceback) keeps it behind a fusion.
 """
 
 from __future__ import annotations
 
+import copy
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from wmrl.core.sources import RewardSource, Role
+from wmrl.core.rollouts import RolloutNeeds, needs_of
+from wmrl.core.sources import Grade, RewardSource, Role, collect_grades
 
 __all__ = ["Floats", "FusedWorldModel", "NearestNeighbours", "SurrogateSource", "learn_from"]
 
@@ -100,14 +107,40 @@ class NearestNeighbours:
         out[has] = sums[has] / counts[has]
         return out
 
+    def state_dict(self) -> dict[str, Any]:
+        """The points learned (JSON-ready lists) and the settings they were learned under."""
+        return {
+            "k": self.k,
+            "radius": self.radius,
+            "max_points": self.max_points,
+            "x": None if self._x is None else self._x.tolist(),
+            "y": self._y.tolist(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the points of :meth:`state_dict` (the settings must be this regression's)."""
+        saved = (state["k"], state["radius"], state["max_points"])
+        if saved != (self.k, self.radius, self.max_points):
+            raise ValueError(
+                f"the saved nearest-neighbour regression has k, radius, max_points = {saved}; this one "
+                f"{(self.k, self.radius, self.max_points)}: resume with the same settings"
+            )
+        self._x = (
+            None if state["x"] is None else np.asarray(state["x"], dtype=float).reshape(len(state["y"]), -1)
+        )
+        self._y = np.asarray(state["y"], dtype=float)
+
 
 class SurrogateSource:
     """A world model fitted on the run's real outcomes over domain features (see the module docstring).
 
     Args:
         features: ``item -> (d,)`` array (the same ``d`` for every item).
-        model: the regression (default :class:`NearestNeighbours` with ``k=3``).
+        model: the regression (default :class:`NearestNeighbours` with ``k=3``); with ``partition``, the
+            empty template every partition's regression is copied from.
         name: the source's name.
+        partition: ``item -> key``: items learn only from items of their own key (AutoResearch: the
+            task, whose rewards are on their own scale); ``None``: one regression for every item.
     """
 
     role = Role.WORLD_MODEL
@@ -117,28 +150,78 @@ class SurrogateSource:
         features: Callable[[Any], Floats],
         model: NearestNeighbours | None = None,
         name: str = "surrogate",
+        partition: Callable[[Any], Hashable] | None = None,
     ) -> None:
         self.features = features
         # not `model or ...`: an empty regression has length 0 and is falsy
         self.model = model if model is not None else NearestNeighbours()
         self.name = name
+        self.partition = partition
+        self._parts: dict[str, NearestNeighbours] = {}
+
+    def __len__(self) -> int:
+        """Real outcomes learned (every partition's)."""
+        return len(self.model) + sum(len(m) for m in self._parts.values())
+
+    def _key(self, item: Any) -> str | None:
+        # str: partitions are saved in JSON checkpoints by key
+        return None if self.partition is None else str(self.partition(item))
+
+    def _regression(self, key: str | None, create: bool) -> NearestNeighbours | None:
+        if key is None:
+            return self.model
+        if key not in self._parts and create:
+            self._parts[key] = copy.deepcopy(self.model)
+        return self._parts.get(key)
 
     def _matrix(self, items: Sequence[Any]) -> Floats:
         return np.stack([np.asarray(self.features(item), dtype=float).reshape(-1) for item in items])
 
+    def _by_key(self, items: Sequence[Any]) -> dict[str | None, list[int]]:
+        rows: dict[str | None, list[int]] = {}
+        for i, item in enumerate(items):
+            rows.setdefault(self._key(item), []).append(i)
+        return rows
+
     def score(self, items: Sequence[Any]) -> list[float | None]:
-        if not items:
-            return []
-        predictions = self.model.predict(self._matrix(items))
-        return [None if math.isnan(v) else float(v) for v in predictions]
+        out: list[float | None] = [None] * len(items)
+        for key, rows in self._by_key(items).items():
+            model = self._regression(key, create=False)
+            if model is None or not len(model):
+                continue
+            predictions = model.predict(self._matrix([items[i] for i in rows]))
+            for i, v in zip(rows, predictions, strict=True):
+                out[i] = None if math.isnan(v) else float(v)
+        return out
+
+    def grade(self, items: Sequence[Any]) -> list[Grade]:
+        """:meth:`score` as grades of per-call variance 0: the same state predicts the same value."""
+        return [Grade(v, variance=None if v is None else 0.0) for v in self.score(items)]
 
     def learn(self, items: Sequence[Any], values: Sequence[float | None]) -> None:
         """Add the real outcomes of ``items`` (``None`` = unknown, not learned)."""
         pairs = [
             (item, v) for item, v in zip(items, values, strict=True) if v is not None and math.isfinite(v)
         ]
-        if pairs:
-            self.model.add(self._matrix([p[0] for p in pairs]), np.array([p[1] for p in pairs]))
+        for key, rows in self._by_key([p[0] for p in pairs]).items():
+            model = self._regression(key, create=True)
+            assert model is not None
+            model.add(self._matrix([pairs[i][0] for i in rows]), np.array([pairs[i][1] for i in rows]))
+
+    def state_dict(self) -> dict[str, Any]:
+        """What it learned: the regression's points (each partition's)."""
+        return {
+            "model": self.model.state_dict(),
+            "parts": {key: m.state_dict() for key, m in self._parts.items()},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self._parts = {}
+        for key, part in state["parts"].items():
+            model = copy.deepcopy(self.model)
+            model.load_state_dict(part)
+            self._parts[key] = model
 
 
 class _Residuals:
@@ -183,12 +266,23 @@ class _Residuals:
         line = self.line() if self.n >= min_pairs else None
         return None if line is None else (*line, 1.0 / self._error(line))
 
+    def state_dict(self) -> dict[str, float]:
+        return {name: getattr(self, name) for name in _SUMS}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        for name in _SUMS:
+            setattr(self, name, float(state[name]))
+
+
+_SUMS = ("n", "sx", "sy", "sxx", "sxy", "syy")
+
 
 class FusedWorldModel:
     """Several world-model sources, calibrated and weighted each by its own measured error.
 
     Args:
-        sources: the world models (any :class:`RewardSource`; those with ``learn`` learn too).
+        sources: the world models (any :class:`RewardSource`; those with ``learn`` learn too). The
+            first is the primary: its status, information and feedback go with every fused grade.
         min_pairs: executed rollouts a source needs scored before it is calibrated and weighted;
             until then the first source's raw scores are used.
         half_life: how fast the calibration and error estimates forget, in learned outcomes.
@@ -206,48 +300,92 @@ class FusedWorldModel:
     ) -> None:
         if not sources:
             raise ValueError("FusedWorldModel needs at least one source")
+        if isinstance(min_pairs, bool) or not isinstance(min_pairs, int) or min_pairs < 2:
+            raise ValueError(
+                f"min_pairs must be an integer >= 2 (a line needs two points); got {min_pairs!r}"
+            )
+        if not half_life > 0:
+            raise ValueError(f"half_life must be > 0; got {half_life!r}")
         self.sources = list(sources)
-        self.min_pairs = int(min_pairs)
+        self.min_pairs = min_pairs
         self.name = name
         self._residuals = [_Residuals(half_life) for _ in self.sources]
         self._last: dict[int, list[float | None]] = {}  # id(item) -> each source's score, until learned
 
-    def _all_scores(self, items: Sequence[Any]) -> Floats:
-        columns = []
-        for source in self.sources:
-            values = source.score(items)
-            columns.append([np.nan if v is None else float(v) for v in values])
-        return np.array(columns, dtype=float).reshape(len(self.sources), len(items))
+    @property
+    def needs(self) -> RolloutNeeds:
+        """What the sources read, together; feedback is the primary's (the fused grade carries its)."""
+        every = [needs_of(source) for source in self.sources]
+        cameras = {n.camera for n in every if n.frames and n.camera is not None}
+        if len(cameras) > 1:
+            raise ValueError(f"the fused world models read frames from different cameras: {sorted(cameras)}")
+        return RolloutNeeds(
+            text=any(n.text for n in every),
+            frames=max(n.frames for n in every),
+            camera=next(iter(cameras), None),
+            feedback=every[0].feedback,
+        )
 
-    def score(self, items: Sequence[Any]) -> list[float | None]:
+    def _fits(self) -> list[tuple[float, float, float] | None]:
+        return [r.fit(self.min_pairs) for r in self._residuals]
+
+    def grade(self, items: Sequence[Any]) -> list[Grade]:
+        """Per item: the fused value, the primary's status, information and feedback, and the per-call
+        variance of the fused value (``Σ (wₛ aₛ / Σw)² varₛ`` over the sources combined; ``None`` when
+        one of them reports none). ``info["scores"]``: each source's own score."""
         if not items:
             return []
-        scores = self._all_scores(items)
+        columns = [collect_grades(source, items) for source in self.sources]
         for i, item in enumerate(items):
-            self._last[id(item)] = [None if np.isnan(v) else float(v) for v in scores[:, i]]
-        # each measured source's calibrated scores, with its weight
-        measured = [
-            (fit[2], fit[0] * scores[s] + fit[1])
-            for s, fit in enumerate(r.fit(self.min_pairs) for r in self._residuals)
-            if fit is not None
-        ]
-        if not measured:  # nothing measured yet: the first source, as it is
-            return [None if np.isnan(v) else float(v) for v in scores[0]]
-        out: list[float | None] = []
+            self._last[id(item)] = [column[i].value for column in columns]
+        fits = self._fits()
+        out = []
         for i in range(len(items)):
-            num = den = 0.0
-            for w, c in measured:
-                if not np.isnan(c[i]):
-                    num += w * c[i]
-                    den += w
-            out.append(num / den if den > 0 else None)
+            primary = columns[0][i]
+            scores = {
+                source.name: column[i].value for source, column in zip(self.sources, columns, strict=True)
+            }
+            measured = [
+                (fit, column[i])
+                for fit, column in zip(fits, columns, strict=True)
+                if fit is not None and column[i].value is not None
+            ]
+            if not any(fit is not None for fit in fits):  # nothing measured yet: the primary, as it is
+                value, variance = primary.value, primary.variance
+            elif not measured:
+                value, variance = None, None
+            else:
+                total = sum(fit[2] for fit, _ in measured)
+                value = sum(fit[2] * (fit[0] * g.value + fit[1]) for fit, g in measured) / total
+                variance = (
+                    None
+                    if any(g.variance is None for _, g in measured)
+                    else sum((fit[2] * fit[0] / total) ** 2 * g.variance for fit, g in measured)
+                )
+            info = {**primary.info, "scores": scores}
+            out.append(Grade(value, primary.status, variance, info, primary.feedback))
         return out
+
+    def score(self, items: Sequence[Any]) -> list[float | None]:
+        return [g.value for g in self.grade(items)]
 
     def weights(self) -> list[float | None]:
         """Each source's current share of the weight (``None``: not measured yet)."""
-        raw = [None if fit is None else fit[2] for fit in (r.fit(self.min_pairs) for r in self._residuals)]
+        raw = [None if fit is None else fit[2] for fit in self._fits()]
         total = sum(w for w in raw if w is not None)
         return [None if w is None else w / total for w in raw]
+
+    def metrics(self) -> dict[str, float | None]:
+        """``world_model/weight/<source>`` per source, and ``world_model/learned/<source>`` (outcomes a
+        learning source holds)."""
+        out: dict[str, float | None] = {
+            f"world_model/weight/{source.name}": w
+            for source, w in zip(self.sources, self.weights(), strict=True)
+        }
+        for source in self.sources:
+            if callable(getattr(source, "learn", None)) and hasattr(source, "__len__"):
+                out[f"world_model/learned/{source.name}"] = float(len(source))
+        return out
 
     def learn(self, items: Sequence[Any], values: Sequence[float | None]) -> None:
         """Measure every source on the outcomes (with the scores it gave *before* them), then let the
@@ -264,6 +402,27 @@ class FusedWorldModel:
         if len(self._last) > 100_000:  # scores of rollouts never executed: forget the oldest
             for key in list(self._last)[: len(self._last) - 50_000]:
                 del self._last[key]
+
+    def state_dict(self) -> dict[str, Any]:
+        """Each source's calibration sums and, for a source that has one, its own state."""
+        return {
+            "sources": [source.name for source in self.sources],
+            "residuals": [r.state_dict() for r in self._residuals],
+            "states": [
+                source.state_dict() if callable(getattr(source, "state_dict", None)) else None
+                for source in self.sources
+            ],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        names = [source.name for source in self.sources]
+        if state["sources"] != names:
+            raise ValueError(f"the saved fusion combined {state['sources']}; this one combines {names}")
+        for residuals, saved in zip(self._residuals, state["residuals"], strict=True):
+            residuals.load_state_dict(saved)
+        for source, saved in zip(self.sources, state["states"], strict=True):
+            if saved is not None:
+                source.load_state_dict(saved)
 
 
 def learn_from(source: Any, items: Sequence[Any], values: Sequence[float | None]) -> None:

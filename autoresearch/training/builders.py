@@ -37,6 +37,7 @@ __all__ = [
     "pool_metrics",
     "resolve_device",
     "save_final_policy",
+    "step_metrics",
     "world_model_backend",
 ]
 
@@ -64,7 +65,8 @@ def build_anchor(config: TrainConfig, tasks_by_ref: dict[str, Any]):
 
 
 def build_world_model(config: TrainConfig, tasks_by_ref: dict[str, Any], device: str):
-    """The world model: a frozen copy of ``world_model.backend.path`` (default: the agent's backbone)."""
+    """The world model: a frozen copy of ``world_model.backend.path`` (default: the agent's backbone),
+    fused with a surrogate learned from the run's executions when ``world_model.surrogate.enabled``."""
     from wmrl.autoresearch.agent.environment import SandboxEnvironment
     from wmrl.autoresearch.agent.overview import OverviewConfig, from_task
     from wmrl.autoresearch.training.warm import resolve_spec
@@ -80,7 +82,27 @@ def build_world_model(config: TrainConfig, tasks_by_ref: dict[str, Any], device:
         env = SandboxEnvironment.from_task(task, libraries=AGENT_LIBRARIES, gpus=config.sandbox.gpu_count)
         return from_task(task, environment=env, config=budget, tokens=tokenizer)
 
-    return WorldModel(backend, section, overview_fn=overview, tokens=tokenizer)
+    language_model = WorldModel(backend, section, overview_fn=overview, tokens=tokenizer)
+    if section.surrogate.enabled:
+        from wmrl.autoresearch.worldmodel.surrogate import with_surrogate
+
+        return with_surrogate(language_model, section.surrogate)
+    return language_model
+
+
+def language_model_of(world_model: Any) -> Any:
+    """The language-model world model inside what :func:`build_world_model` built."""
+    sources = getattr(world_model, "sources", None)
+    return sources[0] if sources else world_model
+
+
+def step_metrics(anchor: Any, world_model: Any):
+    """``metrics_fn`` of the trainer: the real-execution pool's counters and a fused world model's
+    weights (``world_model/weight/<source>``); ``None`` when there are neither."""
+    parts = [f for f in (pool_metrics(anchor), getattr(world_model, "metrics", None)) if f is not None]
+    if not parts:
+        return None
+    return lambda: {key: value for part in parts for key, value in part().items()}
 
 
 def world_model_backend(settings, spec: str, dtype: str, device: str):
@@ -314,8 +336,14 @@ def build_trainer(
         t0 = time.perf_counter()
         world_model = build_world_model(config, tasks_by_ref, device)
         log(
-            f"[wmrl] world model (frozen {world_model.backend.model_id}, scoring {config.world_model.scoring}) "
-            f"loaded in {time.perf_counter() - t0:.1f} s"
+            f"[wmrl] world model (frozen {language_model_of(world_model).backend.model_id}, scoring "
+            f"{config.world_model.scoring}"
+            + (
+                ", fused with a surrogate learned from the run"
+                if config.world_model.surrogate.enabled
+                else ""
+            )
+            + f") loaded in {time.perf_counter() - t0:.1f} s"
         )
     if config.mode.executes and config.mode.needs_world_model:
         n = config.groups_per_step * processes.num_processes
@@ -367,7 +395,7 @@ def build_trainer(
         completions_to_print=config.logging.completions_to_print if config.logging.completions else 0,
         peft_config=peft_config(config, policy.model),
         callbacks=[run_log],
-        metrics_fn=pool_metrics(anchor),
+        metrics_fn=step_metrics(anchor, world_model),
         vllm_http=vllm_http(config, out),
     )
     holder["trainer"] = trainer

@@ -366,6 +366,13 @@ class TrainConfig(TrainConfigBase):
                 sched.repeat_share == 0,
                 "corrector.scheduler.repeat_share must be 0 with episode.turns > 1 (a trajectory's turns are not repeated)",
             )
+        require(
+            not self.world_model.surrogate.enabled or (self.mode.executes and self.mode.needs_world_model),
+            f"world_model.surrogate.enabled learns from real executions and grades beside the world model: "
+            f"mode {self.mode.value} has "
+            + ("no world model" if not self.mode.needs_world_model else "no real execution to learn from")
+            + " (use mode=wmrl)",
+        )
         rollouts = self.groups_per_step * self.group_size
         micro = self.grpo.micro_batch_size
         require(

@@ -12,7 +12,6 @@ item is the assembled script (:func:`~wmrl.autoresearch.training.model_slot.asse
 
 from __future__ import annotations
 
-import ast
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -21,6 +20,7 @@ from wmrl.autoresearch.agent.actions import parse_action
 from wmrl.autoresearch.agent.feedback import ExecutionFeedback
 from wmrl.autoresearch.grading.ladder import RewardLadder
 from wmrl.autoresearch.tasks.model import Solution
+from wmrl.autoresearch.tasks.normalised import normalised_code
 from wmrl.autoresearch.training.model_slot import assemble
 from wmrl.core.rollouts import Exact
 
@@ -65,16 +65,6 @@ def solution_items(task_column: str = "task_ref", ladder: RewardLadder | None = 
         return Solution(str(row[task_column]), code)
 
     return item
-
-
-def normalised_code(code: str) -> str:
-    """What a script executes, without what cannot change it: its syntax tree (comments, blank lines,
-    spacing and quote styles dropped). A script that does not parse keeps its text with each line's
-    trailing spaces and the blank lines removed (it fails the same way whatever its comments say)."""
-    try:
-        return ast.dump(ast.parse(code), annotate_fields=False, include_attributes=False)
-    except (SyntaxError, ValueError, RecursionError):
-        return "\n".join(line.rstrip() for line in code.splitlines() if line.strip())
 
 
 def solution_key(item: Any) -> str | None:

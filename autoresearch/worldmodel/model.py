@@ -42,6 +42,7 @@ from wmrl.autoresearch.worldmodel.prediction import (
 )
 from wmrl.autoresearch.worldmodel.prompts import ASSISTANT_PREFIX, PROMPT_VERSION, build_messages
 from wmrl.autoresearch.worldmodel.scoring import expected_reward_from_probs, summarise_samples
+from wmrl.autoresearch.worldmodel.surrogate import SurrogateConfig
 from wmrl.core.rollouts import RolloutNeeds
 from wmrl.core.sources import Grade, Role
 
@@ -147,6 +148,8 @@ class WorldModelConfig:
         code_max_chars: the script is cut (head 2/3, tail 1/3) beyond this many characters.
         name: the reward source's name.
         backend: the language model behind it (see :class:`BackendConfig`).
+        surrogate: a second world model learned from the run's executions, fused with this one in
+            training (see :class:`~wmrl.autoresearch.worldmodel.surrogate.SurrogateConfig`; off by default).
     """
 
     samples: int = 4
@@ -161,6 +164,7 @@ class WorldModelConfig:
     code_max_chars: int = 4000
     name: str = "world_model"
     backend: BackendConfig = field(default_factory=BackendConfig)
+    surrogate: SurrogateConfig = field(default_factory=SurrogateConfig)
 
     def __post_init__(self) -> None:
         SamplingConfig(

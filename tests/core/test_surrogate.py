@@ -1,10 +1,12 @@
 """The surrogate world model and the fusion of several world models (core/surrogate.py)."""
 
+import json
+
 import numpy as np
 import pytest
 
-from wmrl.core.rollouts import Group
-from wmrl.core.sources import as_source
+from wmrl.core.rollouts import Group, RolloutNeeds
+from wmrl.core.sources import Grade, as_source
 from wmrl.core.surrogate import FusedWorldModel, NearestNeighbours, SurrogateSource
 
 
@@ -59,3 +61,130 @@ def test_the_pipeline_teaches_a_learning_world_model_what_execution_said():
     for step in range(3):
         pipe.step([Group(f"{step}:{g}", [g, g + 1, (g + 5) % 10, (g + 7) % 10]) for g in range(4)])
     assert len(surrogate.model) > 0  # it learned from the executed rollouts
+
+
+class _Primary:
+    """A world model that predicts more than a number: a status, feedback and a per-call variance."""
+
+    name = "primary"
+    role = "world_model"
+    needs = RolloutNeeds(text=True, feedback=True)
+
+    def __init__(self, scale: float = 1.0, variance: float | None = 0.01) -> None:
+        self.scale, self.variance = scale, variance
+
+    def score(self, items):
+        return [g.value for g in self.grade(items)]
+
+    def grade(self, items):
+        return [
+            Grade(self.scale * x, "valid", self.variance, {"reason": "modelled"}, f"feedback {x}")
+            for x in items
+        ]
+
+
+def _trained(fused, rng, steps=20, truth=lambda x: x):
+    for _ in range(steps):
+        items = list(rng.random(8))
+        fused.grade(items)
+        fused.learn(items, [truth(x) for x in items])
+
+
+def test_a_fused_grade_keeps_the_primary_status_information_and_feedback():
+    fused = FusedWorldModel([_Primary(), as_source(lambda items: [0.3] * len(items), "world_model", "flat")])
+    (before,) = fused.grade([0.4])
+    # nothing measured yet: the primary as it is
+    assert (before.value, before.status, before.variance, before.feedback) == (
+        0.4,
+        "valid",
+        0.01,
+        "feedback 0.4",
+    )
+    assert before.info["reason"] == "modelled" and before.info["scores"] == {"primary": 0.4, "flat": 0.3}
+    assert fused.needs == RolloutNeeds(text=True, feedback=True)
+
+
+def test_the_fused_variance_is_the_weighted_sum_of_the_sources_variances():
+    rng = np.random.default_rng(2)
+    # the primary at twice the truth's scale: calibrated with slope 1/2, so its variance counts a quarter
+    primary = _Primary(scale=2.0, variance=0.04)
+    fused = FusedWorldModel([primary], min_pairs=4)
+    _trained(fused, rng)
+    (grade,) = fused.grade([0.5])
+    assert grade.value == pytest.approx(0.5)
+    assert grade.variance == pytest.approx(0.25 * 0.04)
+    unknown_variance = FusedWorldModel([_Primary(variance=None)], min_pairs=4)
+    _trained(unknown_variance, rng)
+    assert unknown_variance.grade([0.5])[0].variance is None  # unknown, not 0
+
+
+def test_a_per_group_positive_affine_world_model_is_returned_on_the_truths_scale():
+    rng = np.random.default_rng(3)
+    affine = as_source(lambda items: [3.0 * x - 1.0 for x in items], "world_model", "affine")
+    fused = FusedWorldModel([affine], min_pairs=4)
+    _trained(fused, rng)
+    probe = list(rng.random(5))
+    assert fused.score(probe) == pytest.approx(probe)
+
+
+def test_a_partitioned_surrogate_learns_only_from_its_own_partition():
+    surrogate = SurrogateSource(
+        lambda item: np.array([item[1]]), NearestNeighbours(k=1), partition=lambda item: item[0]
+    )
+    surrogate.learn([("a", 0.0), ("b", 0.0)], [1.0, 0.0])
+    assert surrogate.score([("a", 0.1), ("b", 0.1), ("c", 0.1)]) == [1.0, 0.0, None]
+    assert len(surrogate) == 2
+    grades = surrogate.grade([("a", 0.1), ("c", 0.1)])
+    assert (grades[0].variance, grades[1].variance) == (0.0, None)  # deterministic where it predicts
+
+
+def test_state_round_trips_through_json():
+    rng = np.random.default_rng(4)
+    surrogate = SurrogateSource(
+        lambda x: np.array([x, x * x]), NearestNeighbours(k=2, radius=0.5), partition=lambda x: x > 0.5
+    )
+    fused = FusedWorldModel([_Primary(), surrogate], min_pairs=4)
+    _trained(fused, rng, truth=lambda x: x * x)
+    state = json.loads(json.dumps(fused.state_dict()))
+    twin_surrogate = SurrogateSource(
+        lambda x: np.array([x, x * x]), NearestNeighbours(k=2, radius=0.5), partition=lambda x: x > 0.5
+    )
+    twin = FusedWorldModel([_Primary(), twin_surrogate], min_pairs=4)
+    twin.load_state_dict(state)
+    probe = list(rng.random(6))
+    assert twin.score(probe) == pytest.approx(fused.score(probe))
+    assert twin.weights() == pytest.approx(fused.weights())
+    other = SurrogateSource(lambda x: np.array([x, x * x]), NearestNeighbours(k=3, radius=0.5))
+    with pytest.raises(ValueError, match="same settings"):
+        FusedWorldModel([_Primary(), other], min_pairs=4).load_state_dict(state)
+
+
+def test_fusion_refuses_bad_settings():
+    with pytest.raises(ValueError, match="min_pairs"):
+        FusedWorldModel([_Primary()], min_pairs=1)
+    with pytest.raises(ValueError, match="half_life"):
+        FusedWorldModel([_Primary()], half_life=0)
+
+
+def test_a_pipeline_checkpoint_keeps_what_the_world_model_learned(tmp_path):
+    from wmrl.core.pipeline import WORLD_MODEL_FILE, RewardPipeline
+
+    truth = {k: k / 10 for k in range(10)}
+
+    def build():
+        surrogate = SurrogateSource(lambda item: np.array([float(item)]), NearestNeighbours(k=1, radius=0.1))
+        fused = FusedWorldModel([as_source(lambda items: [0.5] * len(items), "world_model"), surrogate])
+        return RewardPipeline(fused, as_source(lambda items: [truth[i] for i in items], "anchor")), surrogate
+
+    pipe, surrogate = build()
+    for step in range(3):
+        pipe.step([Group(f"{step}:{g}", [g, g + 1, (g + 5) % 10, (g + 7) % 10]) for g in range(4)])
+    pipe.save(tmp_path)
+    assert (tmp_path / WORLD_MODEL_FILE).exists()
+    resumed, twin = build()
+    resumed.load(tmp_path)
+    assert len(twin) == len(surrogate) > 0
+    assert twin.score(list(range(10))) == surrogate.score(list(range(10)))
+    (tmp_path / WORLD_MODEL_FILE).unlink()
+    with pytest.raises(FileNotFoundError, match="learns from the run"):
+        build()[0].load(tmp_path)
