@@ -287,6 +287,9 @@ class FusedWorldModel:
             until then the first source's raw scores are used.
         half_life: how fast the calibration and error estimates forget, in learned outcomes.
         name: the source's name.
+        item_key: ``item -> hashable``: which scored item a learned outcome belongs to (default
+            ``id``: the same object; an engine that rebuilds its items between scoring and execution,
+            as verl's reward manager does, needs a key of their content).
     """
 
     role = Role.WORLD_MODEL
@@ -297,6 +300,7 @@ class FusedWorldModel:
         min_pairs: int = 16,
         half_life: float = 2_000.0,
         name: str = "fused_world_model",
+        item_key: Callable[[Any], Hashable] = id,
     ) -> None:
         if not sources:
             raise ValueError("FusedWorldModel needs at least one source")
@@ -310,7 +314,8 @@ class FusedWorldModel:
         self.min_pairs = min_pairs
         self.name = name
         self._residuals = [_Residuals(half_life) for _ in self.sources]
-        self._last: dict[int, list[float | None]] = {}  # id(item) -> each source's score, until learned
+        self.item_key = item_key
+        self._last: dict[Hashable, list[float | None]] = {}  # item key -> each source's score, until learned
 
     @property
     def needs(self) -> RolloutNeeds:
@@ -337,7 +342,7 @@ class FusedWorldModel:
             return []
         columns = [collect_grades(source, items) for source in self.sources]
         for i, item in enumerate(items):
-            self._last[id(item)] = [column[i].value for column in columns]
+            self._last[self.item_key(item)] = [column[i].value for column in columns]
         fits = self._fits()
         out = []
         for i in range(len(items)):
@@ -391,7 +396,7 @@ class FusedWorldModel:
         """Measure every source on the outcomes (with the scores it gave *before* them), then let the
         sources that learn, learn."""
         for item, value in zip(items, values, strict=True):
-            scores = self._last.pop(id(item), None)
+            scores = self._last.pop(self.item_key(item), None)
             if scores is None or value is None or not math.isfinite(value):
                 continue
             for s, score in enumerate(scores):

@@ -94,6 +94,13 @@ def _task(item: Any) -> str:
     return str(item.task_id)
 
 
+def _script(item: Any) -> tuple[str, str]:
+    """A scored script's identity across engines that rebuild their items: its task and normalised code."""
+    from wmrl.autoresearch.tasks.normalised import normalised_code
+
+    return str(item.task_id), normalised_code(item.code)
+
+
 def with_surrogate(language_model: Any, config: SurrogateConfig) -> FusedWorldModel:
     """The language model fused with a surrogate of ``config`` (partitioned by task)."""
     surrogate = SurrogateSource(
@@ -102,4 +109,6 @@ def with_surrogate(language_model: Any, config: SurrogateConfig) -> FusedWorldMo
         name="surrogate",
         partition=_task,
     )
-    return FusedWorldModel([language_model, surrogate], min_pairs=config.min_pairs, name=language_model.name)
+    return FusedWorldModel(
+        [language_model, surrogate], min_pairs=config.min_pairs, name=language_model.name, item_key=_script
+    )

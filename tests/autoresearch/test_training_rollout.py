@@ -36,10 +36,12 @@ def test_feedback_suffix_closes_the_turn_and_opens_the_next():
 
 @pytest.mark.trl
 @pytest.mark.bwrap
-@pytest.mark.parametrize("design", ["groups", "rollouts"])
+@pytest.mark.parametrize("design", ["groups", "rollouts", "surrogate"])
 def test_two_turn_rollout(tmp_path, design):
     """K = 2 turns with whole anchor groups (chosen from keys) and with per-rollout anchors, the
-    default (each group's top-scored trajectory after the first turn, executed at both turns)."""
+    default (each group's top-scored trajectory after the first turn, executed at both turns);
+    ``surrogate``: per-rollout anchors with the world model fused with a surrogate, which keeps the
+    language model's feedback and learns every executed turn."""
     from datasets import Dataset
 
     from wmrl.autoresearch.agent.episode import EpisodeConfig
@@ -80,6 +82,11 @@ def test_two_turn_rollout(tmp_path, design):
         WorldModelConfig(scoring="status_probs", worked_example=False, overview_tokens=600),
         task_resolver=load_task,
     )
+    world_model = wm
+    if design == "surrogate":  # not measured yet in one step: it grades as the language model does
+        from wmrl.autoresearch.worldmodel.surrogate import SurrogateConfig, with_surrogate
+
+        world_model = with_surrogate(wm, SurrogateConfig(enabled=True))
     episode = EpisodeConfig(turns=2, feedback_max_tokens=300)
     trainer = WMRLGRPOTrainer(
         model=policy.model,
@@ -99,7 +106,7 @@ def test_two_turn_rollout(tmp_path, design):
             CorrectorConfig.preset("wmrl_groups") if design == "groups" else CorrectorConfig()
         ),
         mode="wmrl",
-        world_model=wm,
+        world_model=world_model,
         anchor=anchor,
         episodes=episode_factory(episode, policy.tokenizer),
         turns=episode.turns,
@@ -166,6 +173,9 @@ def test_two_turn_rollout(tmp_path, design):
         row = np.asarray(out["env_mask"][i])
         assert (tool_mask[i, : len(row)] == row).all()
     assert trainer.corrector.debiaser.n_pairs == 2  # the anchor group's two trajectories
+    if design == "surrogate":  # both turns of every executed trajectory, each a real outcome
+        executed = [t for i in anchor_rows for t in (items[i], items[n + i]) if not isinstance(t, Exact)]
+        assert executed and len(world_model.sources[1]) == len(executed)
 
 
 @pytest.mark.trl

@@ -188,3 +188,25 @@ def test_a_pipeline_checkpoint_keeps_what_the_world_model_learned(tmp_path):
     (tmp_path / WORLD_MODEL_FILE).unlink()
     with pytest.raises(FileNotFoundError, match="learns from the run"):
         build()[0].load(tmp_path)
+
+
+class _Box:
+    """An item an engine rebuilds between scoring and execution (equal content, another object)."""
+
+    def __init__(self, x: float) -> None:
+        self.x = x
+
+
+def test_a_content_key_measures_sources_on_items_rebuilt_between_scoring_and_learning():
+    rng = np.random.default_rng(5)
+    source = as_source(lambda items: [2 * b.x for b in items], "world_model", "doubled")
+    by_object = FusedWorldModel([source], min_pairs=4)
+    by_content = FusedWorldModel([source], min_pairs=4, item_key=lambda b: b.x)
+    for _ in range(5):
+        xs = list(rng.random(4))
+        for fused in (by_object, by_content):
+            fused.grade([_Box(x) for x in xs])
+            fused.learn([_Box(x) for x in xs], xs)  # new objects: the same solutions
+    assert by_object.weights() == [None]  # never matched: nothing measured
+    assert by_content.weights() == [1.0]
+    assert by_content.score([_Box(0.3)]) == pytest.approx([0.3])  # calibrated: slope 1/2

@@ -237,6 +237,7 @@ def multi_turn_rollout(ctx: TurnContext, prompts: list) -> dict[str, Any]:
         else:
             scores = _graded(ctx, items, ctx.anchor)
         ctx.seconds(scores.seconds)
+        ctx.pipeline.learn(items, scores.real)  # a world model that learns from the run: this turn's outcomes
         ctx.statuses.extend(scores.statuses)
         ctx.real_grades.extend(
             g for g, a in zip(scores.real_grades, ctx.anchor, strict=True) if a and g is not None

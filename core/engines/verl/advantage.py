@@ -114,6 +114,7 @@ def correct_rows(
     anchor_rows = np.asarray(plan.execute_mask(width))[group_of, slot]
     scores = pipeline.score(list(items), anchor_rows, world_model=False)
     real_flat = scores.real
+    pipeline.learn(list(items), real_flat)  # a world model that learns from the run's outcomes
     variance = None if wm_variance is None else matrix(wm_variance)
     correction = pipeline.correct(
         plan, matrix(wm), matrix(real_flat), variance, rollouts=n, solution_keys=solution_keys
