@@ -47,9 +47,9 @@ import numpy.typing as npt
 import torch
 import trl
 from accelerate.utils import gather_object
-from transformers import TrainerCallback
+from transformers import PreTrainedTokenizerBase, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-from trl import GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer
 
 from wmrl.core.completions import CompletionsTable, completion_rows, format_sample
 from wmrl.core.corrector import Correction, Corrector, CorrectorConfig, Plan
@@ -157,10 +157,10 @@ class _OptimizerTimer(TrainerCallback):
         self.trainer = trainer
         self.start: float | None = None
 
-    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.start = time.perf_counter()
 
-    def on_optimizer_step(self, args, state, control, **kwargs):
+    def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.start is not None:
             self.trainer.ledger.add("update", time.perf_counter() - self.start)
             self.start = None
@@ -172,7 +172,7 @@ class _StopOnRequest(TrainerCallback):
     def __init__(self, trainer: WMRLGRPOTrainer) -> None:
         self.trainer = trainer
 
-    def on_step_end(self, args, state, control, **kwargs):
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         stop = self.trainer._stop
         requested = stop is not None and stop.requested
         if self.trainer.accelerator.num_processes > 1:  # every rank must stop at the same step
@@ -220,6 +220,10 @@ class WMRLGRPOTrainer(GRPOTrainer):
             every step (:mod:`.vllm_http`; works on a CPU and with vLLM in another environment);
             leave TRL's ``use_vllm`` off: this takes its place.
     """
+
+    # TRL types these as the base Trainer's; a GRPO trainer always has its GRPOConfig and a group size
+    args: GRPOConfig
+    num_generations: int
 
     def __init__(
         self,
@@ -530,7 +534,9 @@ class WMRLGRPOTrainer(GRPOTrainer):
             raise RuntimeError(
                 f"the generation batch ({len(all_keys)} rows) is not a multiple of {g} rollouts"
             )
-        group_keys, group_tasks, seen = [], [], {}
+        group_keys: list[str] = []
+        group_tasks: list[str] = []
+        seen: dict[str, int] = {}
         for start in range(0, len(all_keys), g):
             block = set(all_keys[start : start + g])
             if len(block) != 1:
@@ -547,7 +553,12 @@ class WMRLGRPOTrainer(GRPOTrainer):
                 group_tasks.append(all_tasks[start])
         return _Step(group_keys, group_tasks if all_tasks is not None else None, len(inputs), list(inputs))
 
-    def _plan(self, step: _Step, wm_scores: npt.NDArray[Any] | None = None, solution_keys=None) -> None:
+    def _plan(
+        self,
+        step: _Step,
+        wm_scores: npt.NDArray[Any] | None = None,
+        solution_keys: npt.NDArray[Any] | None = None,
+    ) -> None:
         start = time.perf_counter()
         # executions in flight (asynchronous anchors; the same entries on every rank): the concurrency cap
         # counts them and their solutions are not chosen again. Nothing is in flight at lag 1 when a batch
@@ -581,7 +592,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ TRL overrides
 
-    def train(self, *args, **kwargs):
+    def train(self, *args: Any, **kwargs: Any) -> Any:
         with GracefulStop() as stop:
             self._stop = stop
             try:
@@ -589,14 +600,14 @@ class WMRLGRPOTrainer(GRPOTrainer):
             finally:
                 self._stop = None
 
-    def _prepare_inputs(self, generation_batch):
+    def _prepare_inputs(self, generation_batch: Any) -> Any:
         start = time.perf_counter()
         try:
             return super()._prepare_inputs(generation_batch)
         finally:
             self._prepare_seconds += time.perf_counter() - start
 
-    def training_step(self, model, inputs, num_items_in_batch=None):
+    def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
         start, before = time.perf_counter(), self._prepare_seconds
         self.on_phase("update")
         output = super().training_step(model, inputs, num_items_in_batch)
@@ -604,7 +615,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
         self.ledger.add("update", time.perf_counter() - start - (self._prepare_seconds - before))
         return output
 
-    def _generate(self, prompts: list):
+    def _generate(self, prompts: list[Any]) -> Any:
         if self.turns > 1:  # the rollout books generation and grading itself
             return super()._generate(prompts)
         start = time.perf_counter()
@@ -615,7 +626,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
             self._wmrl_step.add_time({"generation": elapsed})
         return output
 
-    def _generation_model(self):
+    def _generation_model(self) -> Any:
         """TRL's context for generating with the policy (its weights gathered and unwrapped)."""
         from trl.models import unwrap_model_for_generation
 
@@ -628,8 +639,13 @@ class WMRLGRPOTrainer(GRPOTrainer):
         )
 
     def _generate_single_turn(
-        self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False
-    ):
+        self,
+        prompt_ids: Any,
+        images: Any,
+        multimodal_fields: Any,
+        num_generations: Any,
+        has_tool_images: bool = False,
+    ) -> Any:
         """TRL's generation, with one prefill per group on the transformers path (:mod:`.shared_prefill`).
 
         Anything else (vLLM, images or other multimodal inputs, tools, DeepSpeed or FSDP, groups of
@@ -658,7 +674,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
                 model,
                 [prompt_ids[k] for k in firsts],
                 runs[0],
-                self.processing_class.pad_token_id,
+                self._text_tokenizer.pad_token_id,
                 generation_config=self.generation_config,
             )
         width = max(len(p) for p in prompt_ids)
@@ -669,7 +685,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
             completion_ids.append(row[:end])
         return completion_ids, None
 
-    def _generate_and_score_completions(self, inputs):
+    def _generate_and_score_completions(self, inputs: Any) -> Any:
         if not self.model.training:
             raise RuntimeError(
                 "WMRLGRPOTrainer does not evaluate during training; evaluate checkpoints instead"
@@ -719,7 +735,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
             output = append_rows(
                 output,
                 late or [],
-                self.processing_class.pad_token_id,
+                self._text_tokenizer.pad_token_id,
                 multiple,
                 total_rows=self._rows_every_rank(output, late or [], multiple),
             )
@@ -826,7 +842,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
     def _write_completions(self, step: _Step, output: dict[str, Any]) -> None:
         if self.completions is None and not self.completions_to_print:
             return
-        texts = self.processing_class.batch_decode(output["completion_ids"], skip_special_tokens=True)
+        texts = self._text_tokenizer.batch_decode(output["completion_ids"], skip_special_tokens=True)
         prompts = [_prompt_text(row.get("prompt")) for row in step.inputs]
         gathered = gather_object([(prompts, texts, step.row_statuses)])
         if not self.accelerator.is_main_process:
@@ -851,7 +867,9 @@ class WMRLGRPOTrainer(GRPOTrainer):
         if self.completions_to_print:
             print(format_sample(rows, self.completions_to_print, ["completion"]), flush=True)
 
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+    def _calculate_rewards(
+        self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any
+    ) -> Any:
         step = self._wmrl_step
         if step is None:  # pragma: no cover - set by _generate_and_score_completions
             raise RuntimeError("_calculate_rewards called outside a WMRL generation batch")
@@ -1013,7 +1031,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
             item_fn=self.item_fn,
             episodes=self.episodes,
             turns=self.turns,
-            tokenizer=self.processing_class,
+            tokenizer=self._text_tokenizer,
             template_kwargs=dict(self.chat_template_kwargs or {}),
             generate=self._generate_tokens_vllm if self.use_vllm else self._generate_tokens,
             max_new_tokens=self.max_completion_length,
@@ -1053,11 +1071,23 @@ class WMRLGRPOTrainer(GRPOTrainer):
             reply_logprobs.append([float("nan") if lp[0] is None else float(lp[0]) for lp in lps[:end]])
         return replies, reply_logprobs
 
+    @property
+    def _text_tokenizer(self) -> PreTrainedTokenizerBase:
+        """The policy's tokenizer (TRL's ``_tokenizer``: the processing class, or a processor's
+        tokenizer), with which WMRL's rollouts pad, decode and render chat turns."""
+        tokenizer = getattr(self, "_tokenizer", self.processing_class)
+        if not isinstance(tokenizer, PreTrainedTokenizerBase):
+            raise TypeError(
+                f"WMRLGRPOTrainer needs a tokenizer (or a processor with one) as processing_class; got "
+                f"{type(tokenizer).__name__}"
+            )
+        return tokenizer
+
     def _generate_tokens(self, contexts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
         """Sample one reply per context with the policy; the new token ids through the first stop token."""
         import copy
 
-        tokenizer = self.processing_class
+        tokenizer = self._text_tokenizer
         pad = tokenizer.pad_token_id
         width = max(len(c) for c in contexts)
         ids = torch.full((len(contexts), width), pad, dtype=torch.long)
@@ -1090,7 +1120,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ checkpoints
 
-    def _save_checkpoint(self, model, trial):
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
         if self.pipeline.in_flight.pending or self.pipeline.in_flight.overdue:
             # a save between the drained steps (a stop): what is in flight lands for calibration only
             self.pipeline.drain(self._gathered_matrices)
@@ -1107,7 +1137,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
         """
         return CostLedger.merged(gather_object([self.ledger.state_dict()]))
 
-    def save_wmrl_state(self, folder: str | os.PathLike) -> None:
+    def save_wmrl_state(self, folder: str | os.PathLike[str]) -> None:
         """Write the correction's state and every rank's ledger into ``folder`` (a collective).
 
         The processes that save TRL's checkpoint (``args.should_save``: the main one, or each node's
@@ -1117,12 +1147,12 @@ class WMRLGRPOTrainer(GRPOTrainer):
         if self.args.should_save:
             self.pipeline.save(folder, ranks)
 
-    def _load_optimizer_and_scheduler(self, checkpoint):
+    def _load_optimizer_and_scheduler(self, checkpoint: Any) -> None:
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is not None:
             self.load_wmrl_state(checkpoint)
 
-    def load_wmrl_state(self, folder: str | os.PathLike) -> None:
+    def load_wmrl_state(self, folder: str | os.PathLike[str]) -> None:
         """Restore the correction and this rank's ledger from a checkpoint folder."""
         self.pipeline.load(folder, self.accelerator.process_index, self.accelerator.num_processes)
 
@@ -1140,7 +1170,7 @@ def _prompt_text(prompt: Any) -> str:
     return str(prompt)
 
 
-def _rollout_entry(prompts: list, trainer: WMRLGRPOTrainer) -> dict[str, Any]:
+def _rollout_entry(prompts: list[Any], trainer: WMRLGRPOTrainer) -> dict[str, Any]:
     """TRL's ``rollout_func`` for K > 1 (TRL calls it with the trainer)."""
     step = trainer._wmrl_step
     planned_late = (
