@@ -120,15 +120,17 @@ def test_the_wrist_three_mode_table_is_the_recorded_benchmark():
     summary = json.loads((RESULTS / "three-modes-wrist" / "summary.json").read_text())
     docs = _section()
     assert summary["before"]["successes"] == 0 and summary["before"]["episodes"] == 10
+    rows = 0
     for mode, row in summary["modes"].items():
-        seed = row["seeds"]["0"]
-        line = next(
-            x
-            for x in docs.splitlines()
-            if x.startswith(f"| {mode} | ") and "(of 8)" not in x and "| 1, " in x
-        )
-        wins = ", ".join(str(round(r * 8)) for r in seed["train_success_rate"])
-        assert f"| {wins} | {seed['after_successes']}/{seed['after_episodes']} |" in line, line
-        if mode != "real":
-            weights = ", ".join(f"{w:.2f}" for w in seed["weight_world_model"])
-            assert weights in line, line
+        assert sorted(row["seeds"]) == ["0", "1", "2"]
+        for seed_name, seed in row["seeds"].items():
+            line = next(x for x in docs.splitlines() if x.startswith(f"| {mode} | {seed_name} | "))
+            wins = ", ".join(str(round(r * 8)) for r in seed["train_success_rate"])
+            assert f"| {wins} | {seed['after_successes']}/{seed['after_episodes']} |" in line, line
+            if mode != "real":
+                weights = ", ".join(f"{w:.2f}" for w in seed["weight_world_model"])
+                assert weights in line, line
+            rows += 1
+    assert rows == 9
+    pooled = sum(s["after_successes"] for r in summary["modes"].values() for s in r["seeds"].values())
+    assert pooled == 0 and "every mode ends at 0/30" in docs
