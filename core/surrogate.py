@@ -230,17 +230,24 @@ class _Residuals:
     def __init__(self, half_life: float) -> None:
         self.decay = 0.5 ** (1.0 / half_life)
         self.n = self.sx = self.sy = self.sxx = self.sxy = self.syy = 0.0
+        # the range of the outcomes seen: a line fitted to scores that barely vary has a huge slope,
+        # and a score outside their range would be carried far beyond any real outcome
+        self.lo, self.hi = math.inf, -math.inf
+        self.count = 0.0  # outcomes learned, not decayed: the threshold counts outcomes, not weight
 
     def add(self, x: Floats, y: Floats) -> None:
         d = self.decay
         self.n, self.sx, self.sy = self.n * d, self.sx * d, self.sy * d
         self.sxx, self.sxy, self.syy = self.sxx * d, self.sxy * d, self.syy * d
         self.n += float(x.size)
+        self.count += float(x.size)
         self.sx += float(x.sum())
         self.sy += float(y.sum())
         self.sxx += float(x @ x)
         self.sxy += float(x @ y)
         self.syy += float(y @ y)
+        if y.size:
+            self.lo, self.hi = min(self.lo, float(y.min())), max(self.hi, float(y.max()))
 
     def line(self) -> tuple[float, float] | None:
         if self.n < 2:
@@ -263,8 +270,12 @@ class _Residuals:
 
     def fit(self, min_pairs: int) -> tuple[float, float, float] | None:
         """``(slope, intercept, weight = 1 / error)`` once ``min_pairs`` outcomes are in; ``None`` before."""
-        line = self.line() if self.n >= min_pairs else None
+        line = self.line() if self.count >= min_pairs else None
         return None if line is None else (*line, 1.0 / self._error(line))
+
+    def calibrated(self, fit: tuple[float, float, float], score: float) -> float:
+        """``score`` on the outcomes' scale: the line, clipped to the range of the outcomes seen."""
+        return min(max(fit[0] * score + fit[1], self.lo), self.hi)
 
     def state_dict(self) -> dict[str, float]:
         return {name: getattr(self, name) for name in _SUMS}
@@ -274,7 +285,7 @@ class _Residuals:
             setattr(self, name, float(state[name]))
 
 
-_SUMS = ("n", "sx", "sy", "sxx", "sxy", "syy")
+_SUMS = ("n", "sx", "sy", "sxx", "sxy", "syy", "lo", "hi", "count")
 
 
 class FusedWorldModel:
@@ -351,8 +362,8 @@ class FusedWorldModel:
                 source.name: column[i].value for source, column in zip(self.sources, columns, strict=True)
             }
             measured = [
-                (fit, column[i])
-                for fit, column in zip(fits, columns, strict=True)
+                (fit, residuals, column[i])
+                for fit, residuals, column in zip(fits, self._residuals, columns, strict=True)
                 if fit is not None and column[i].value is not None
             ]
             if not any(fit is not None for fit in fits):  # nothing measured yet: the primary, as it is
@@ -360,12 +371,12 @@ class FusedWorldModel:
             elif not measured:
                 value, variance = None, None
             else:
-                total = sum(fit[2] for fit, _ in measured)
-                value = sum(fit[2] * (fit[0] * g.value + fit[1]) for fit, g in measured) / total
+                total = sum(fit[2] for fit, _, _ in measured)
+                value = sum(fit[2] * r.calibrated(fit, g.value) for fit, r, g in measured) / total
                 variance = (
                     None
-                    if any(g.variance is None for _, g in measured)
-                    else sum((fit[2] * fit[0] / total) ** 2 * g.variance for fit, g in measured)
+                    if any(g.variance is None for _, _, g in measured)
+                    else sum((fit[2] * fit[0] / total) ** 2 * g.variance for fit, _, g in measured)
                 )
             info = {**primary.info, "scores": scores}
             out.append(Grade(value, primary.status, variance, info, primary.feedback))

@@ -202,11 +202,26 @@ def test_a_content_key_measures_sources_on_items_rebuilt_between_scoring_and_lea
     source = as_source(lambda items: [2 * b.x for b in items], "world_model", "doubled")
     by_object = FusedWorldModel([source], min_pairs=4)
     by_content = FusedWorldModel([source], min_pairs=4, item_key=lambda b: b.x)
+    alive = []  # every box kept, so that no new box takes a freed one's id
     for _ in range(5):
         xs = list(rng.random(4))
         for fused in (by_object, by_content):
-            fused.grade([_Box(x) for x in xs])
-            fused.learn([_Box(x) for x in xs], xs)  # new objects: the same solutions
+            scored, learned = [_Box(x) for x in xs], [_Box(x) for x in xs]  # new objects: the same solutions
+            alive += scored + learned
+            fused.grade(scored)
+            fused.learn(learned, xs)
     assert by_object.weights() == [None]  # never matched: nothing measured
     assert by_content.weights() == [1.0]
     assert by_content.score([_Box(0.3)]) == pytest.approx([0.3])  # calibrated: slope 1/2
+
+
+def test_a_calibrated_score_stays_within_the_outcomes_seen():
+    # scores that barely vary: the fitted line is steep, and a score beyond theirs would be carried far
+    rng = np.random.default_rng(6)
+    flat = as_source(lambda items: [0.5 + 0.001 * x for x in items], "world_model", "flat")
+    fused = FusedWorldModel([flat], min_pairs=4)
+    _trained(fused, rng)  # outcomes x in [0, 1], scores 0.5 + 0.001 x
+    (far,) = fused.score([300.0])  # a score 0.3 above any seen: the line says 300
+    assert far == pytest.approx(max(fused._residuals[0].hi, 0.0)) and far <= 1.0
+    (low,) = fused.score([-300.0])
+    assert low == pytest.approx(fused._residuals[0].lo) and low >= 0.0
