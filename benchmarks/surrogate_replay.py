@@ -84,7 +84,7 @@ def _pearson(x: list[float], y: list[float]) -> float | None:
 def replay(language_model: Any, steps: list[list[dict[str, Any]]], surrogate: Any) -> dict[str, Any]:
     """One run's replay (see the module docstring): the graded rows and their summary."""
     from wmrl.autoresearch.tasks import Solution
-    from wmrl.autoresearch.training.streams import solution_key
+    from wmrl.autoresearch.tasks.normalised import solution_key
     from wmrl.autoresearch.worldmodel.surrogate import with_surrogate
     from wmrl.core.surrogate import FusedWorldModel
 

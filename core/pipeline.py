@@ -949,20 +949,14 @@ class RewardPipeline:
         tmp = folder / (LEDGER_FILE + ".tmp")
         tmp.write_text(json.dumps({"ranks": ranks}))
         tmp.replace(folder / LEDGER_FILE)  # atomic: never a truncated ledger
-        state = self._world_model_state()
-        if state is not None:
+        if self._world_model_has_state():
             tmp = folder / (WORLD_MODEL_FILE + ".tmp")
-            tmp.write_text(json.dumps(state()))
+            tmp.write_text(json.dumps(self.world_model.state_dict()))  # type: ignore[union-attr]
             tmp.replace(folder / WORLD_MODEL_FILE)
 
-    def _world_model_state(self) -> Callable[[], Any] | None:
-        """The world model's ``state_dict`` when it learns from the run (``None``: it holds nothing)."""
-        state = getattr(self.world_model, "state_dict", None)
-        return (
-            state
-            if callable(state) and callable(getattr(self.world_model, "load_state_dict", None))
-            else None
-        )
+    def _world_model_has_state(self) -> bool:
+        """Whether the world model holds what it learned from the run (``state_dict`` and ``load_state_dict``)."""
+        return all(callable(getattr(self.world_model, m, None)) for m in ("state_dict", "load_state_dict"))
 
     def load(self, folder: str | os.PathLike, rank: int = 0, world: int = 1) -> None:
         """Restore the corrector and this rank's ledger from a checkpoint ``folder`` written by :meth:`save`.
@@ -1005,7 +999,7 @@ class RewardPipeline:
             own = CostLedger().state_dict()
         own["accelerators"] = dict(self.ledger.accelerators)  # what this process holds now
         self.ledger.load_state_dict(own)
-        if self._world_model_state() is not None:
+        if self._world_model_has_state():
             state_path = folder / WORLD_MODEL_FILE
             if not state_path.exists():
                 raise FileNotFoundError(

@@ -12,7 +12,6 @@ item is the assembled script (:func:`~wmrl.autoresearch.training.model_slot.asse
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -20,7 +19,7 @@ from wmrl.autoresearch.agent.actions import parse_action
 from wmrl.autoresearch.agent.feedback import ExecutionFeedback
 from wmrl.autoresearch.grading.ladder import RewardLadder
 from wmrl.autoresearch.tasks.model import Solution
-from wmrl.autoresearch.tasks.normalised import normalised_code
+from wmrl.autoresearch.tasks.normalised import normalised_code, solution_key
 from wmrl.autoresearch.training.model_slot import assemble
 from wmrl.core.rollouts import Exact
 
@@ -65,14 +64,6 @@ def solution_items(task_column: str = "task_ref", ladder: RewardLadder | None = 
         return Solution(str(row[task_column]), code)
 
     return item
-
-
-def solution_key(item: Any) -> str | None:
-    """Which rollouts are the same solution: the task and the normalised script (:func:`normalised_code`),
-    hashed (``None``: not a script). The execution memory grades a known key from its first execution."""
-    if not isinstance(item, Solution):
-        return None
-    return hashlib.sha256(f"{item.task_id}\0{normalised_code(item.code)}".encode()).hexdigest()[:16]
 
 
 def execution_metrics(grades: Sequence[Any]) -> dict[str, float | None]:

@@ -21,6 +21,7 @@ distance of two scripts is ``2 − 2·cos``, in ``[0, 2]`` for scripts with nonn
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,14 +73,12 @@ class SurrogateConfig:
             raise ValueError(f"world_model.surrogate.radius must be > 0 or null; got {self.radius!r}")
 
 
-def code_features(code: str, dimensions: int = 1024, ngrams: int = 3) -> Floats:
-    """``(dimensions,)`` float64: the L2-normalised hashed n-gram counts of ``code``'s syntax tree
-    (all zeros for a script without a token)."""
+@functools.lru_cache(maxsize=8)
+def _vectoriser(dimensions: int, ngrams: int) -> Any:
+    """scikit-learn's stateless hashing vectoriser, built once per setting (not once per script)."""
     from sklearn.feature_extraction.text import HashingVectorizer
 
-    from wmrl.autoresearch.tasks.normalised import normalised_code
-
-    vectoriser = HashingVectorizer(
+    return HashingVectorizer(
         n_features=dimensions,
         token_pattern=_TOKENS,
         lowercase=False,
@@ -87,18 +86,19 @@ def code_features(code: str, dimensions: int = 1024, ngrams: int = 3) -> Floats:
         alternate_sign=False,  # counts stay nonnegative: distances in [0, 2]
         norm="l2",
     )
-    return np.asarray(vectoriser.transform([normalised_code(code)]).toarray()[0], dtype=np.float64)
+
+
+def code_features(code: str, dimensions: int = 1024, ngrams: int = 3) -> Floats:
+    """``(dimensions,)`` float64: the L2-normalised hashed n-gram counts of ``code``'s syntax tree
+    (all zeros for a script without a token)."""
+    from wmrl.autoresearch.tasks.normalised import normalised_code
+
+    row = _vectoriser(dimensions, ngrams).transform([normalised_code(code)])
+    return np.asarray(row.toarray()[0], dtype=np.float64)
 
 
 def _task(item: Any) -> str:
     return str(item.task_id)
-
-
-def _script(item: Any) -> tuple[str, str]:
-    """A scored script's identity across engines that rebuild their items: its task and normalised code."""
-    from wmrl.autoresearch.tasks.normalised import normalised_code
-
-    return str(item.task_id), normalised_code(item.code)
 
 
 def with_surrogate(language_model: Any, config: SurrogateConfig) -> FusedWorldModel:
@@ -109,6 +109,12 @@ def with_surrogate(language_model: Any, config: SurrogateConfig) -> FusedWorldMo
         name="surrogate",
         partition=_task,
     )
+    from wmrl.autoresearch.tasks.normalised import solution_key
+
+    # a script's identity across engines that rebuild their items: the execution memory's key
     return FusedWorldModel(
-        [language_model, surrogate], min_pairs=config.min_pairs, name=language_model.name, item_key=_script
+        [language_model, surrogate],
+        min_pairs=config.min_pairs,
+        name=language_model.name,
+        item_key=solution_key,
     )
