@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from importlib.metadata import PackageNotFoundError, entry_points, version
-from typing import ClassVar
+from typing import Any, ClassVar
 
 Handler = Callable[[argparse.Namespace], int | None]
 
@@ -32,7 +32,7 @@ __all__ = ["CommandRoot", "build_parser", "main"]
 class _Formatter(argparse.HelpFormatter):
     """Hides the aliases registered with ``help=argparse.SUPPRESS`` from command listings."""
 
-    def _iter_indented_subactions(self, action):
+    def _iter_indented_subactions(self, action: argparse.Action) -> Generator[argparse.Action, None, None]:
         for sub in super()._iter_indented_subactions(action):
             if sub.help != argparse.SUPPRESS:
                 yield sub
@@ -41,7 +41,7 @@ class _Formatter(argparse.HelpFormatter):
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose help can end with text computed only when help is shown."""
 
-    def __init__(self, *args, late_epilog: Callable[[], str] | None = None, **kwargs) -> None:
+    def __init__(self, *args: Any, late_epilog: Callable[[], str] | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _Formatter)
         super().__init__(*args, **kwargs)
         self.late_epilog = late_epilog
@@ -83,7 +83,7 @@ class CommandRoot:
         self.parser = parser
         self.path = path
         self._top = parser.add_subparsers(dest=f"{path}_command", metavar="COMMAND", parser_class=_Parser)
-        self._groups: dict[str, argparse._SubParsersAction] = {}
+        self._groups: dict[str, argparse._SubParsersAction[_Parser]] = {}
         self._domains: dict[str, CommandRoot] = {}
 
     def command(
@@ -94,7 +94,9 @@ class CommandRoot:
         sub.set_defaults(handler=handler)
         return sub
 
-    def group(self, name: str, help: str | None = None, hidden: bool = False) -> argparse._SubParsersAction:
+    def group(
+        self, name: str, help: str | None = None, hidden: bool = False
+    ) -> argparse._SubParsersAction[_Parser]:
         """The sub-command set of a shared verb (``wmrl train ...``, ``wmrl eval ...``)."""
         if name not in self._groups:
             text = help or self.GROUP_HELP.get(name, name)
@@ -118,17 +120,19 @@ class CommandRoot:
             self._domains[name] = CommandRoot(parent, path=f"{self.path}_{name}")
         return self._domains[name]
 
-    def train(self, name: str, help: str, **options) -> argparse.ArgumentParser:
+    def train(self, name: str, help: str, **options: Any) -> argparse.ArgumentParser:
         """``wmrl train NAME``; ``options`` as :func:`wmrl.core.cli_runs.add_train_command` takes them."""
         from wmrl.core.cli_runs import add_train_command
 
-        return add_train_command(self, name, help, **options)
+        parser: argparse.ArgumentParser = add_train_command(self, name, help, **options)
+        return parser
 
-    def evaluate(self, name: str, help: str, **options) -> argparse.ArgumentParser:
+    def evaluate(self, name: str, help: str, **options: Any) -> argparse.ArgumentParser:
         """``wmrl eval NAME``; ``options`` as :func:`wmrl.core.cli_runs.add_eval_command` takes them."""
         from wmrl.core.cli_runs import add_eval_command
 
-        return add_eval_command(self, name, help, **options)
+        parser: argparse.ArgumentParser = add_eval_command(self, name, help, **options)
+        return parser
 
 
 def _version() -> str:

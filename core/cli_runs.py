@@ -31,10 +31,13 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from wmrl.core.config import ConfigError, load_config, to_dict
 from wmrl.core.errors import EXIT_INTERRUPTED, EXIT_USAGE, Interrupted, UserError
+
+if TYPE_CHECKING:
+    from wmrl.core.cli import CommandRoot
 
 __all__ = ["USER_ERRORS", "add_eval_command", "add_train_command", "load_object"]
 
@@ -58,14 +61,15 @@ def load_object(path: str) -> Any:
 
 def _fail(prog: str, message: str) -> int:
     print(f"{prog}: error: {' '.join(str(message).split())}", file=sys.stderr)
-    return EXIT_USAGE
+    return cast(int, EXIT_USAGE)
 
 
 def _key_help(config: str) -> str:
     from wmrl.core.config_docs import key_listing
 
     cls = load_object(config)
-    return "settings (key=value; --print-config shows the resolved values):\n" + key_listing(cls)
+    listing: str = key_listing(cls)
+    return "settings (key=value; --print-config shows the resolved values):\n" + listing
 
 
 def _presets_help(presets: str | None) -> str:
@@ -113,7 +117,7 @@ def _print_config(config: Any, fmt: str, title: str) -> int:
 
 
 def add_train_command(
-    root,
+    root: CommandRoot,
     name: str,
     help: str,
     *,
@@ -132,7 +136,7 @@ def add_train_command(
     not the correction's state (:class:`~wmrl.core.rundir.RunDirectory`'s ``marker``).
     """
     prog = f"wmrl train {name}"
-    sub = root.group("train").add_parser(
+    sub: argparse.ArgumentParser = root.group("train").add_parser(
         name, help=help, description=help, late_epilog=lambda: _presets_help(presets) + _key_help(config)
     )
     _common_flags(sub, "run")
@@ -201,10 +205,10 @@ def _train(
         lines = load_object(run_path)(config, run_dir, progress=not args.no_progress)
     except Interrupted as err:
         print(f"{prog}: {err}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return cast(int, EXIT_INTERRUPTED)
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return cast(int, EXIT_INTERRUPTED)
     except USER_ERRORS as err:
         return _fail(prog, str(err))
     for line in lines or ():
@@ -216,7 +220,7 @@ def _train(
 
 
 def add_eval_command(
-    root,
+    root: CommandRoot,
     name: str,
     help: str,
     *,
@@ -233,7 +237,7 @@ def add_eval_command(
     """
     prog = f"wmrl eval {name}"
     out_pattern = default_out or f"runs/eval-{name}-{{time}}"
-    parsers = []
+    parsers: list[argparse.ArgumentParser] = []
     for alias in (name, *aliases):
         sub = root.group("eval").add_parser(
             alias,
@@ -293,13 +297,13 @@ def _eval(args: argparse.Namespace, prog: str, config_path: str, run_path: str, 
         report, lines = load_object(run_path)(config, out, resume=args.resume, progress=not args.no_progress)
     except Interrupted as err:
         print(f"{prog}: {err}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return cast(int, EXIT_INTERRUPTED)
     except KeyboardInterrupt:
         print(
             f"{prog}: interrupted; what was evaluated is in {out} (continue with --out {out} --resume)",
             file=sys.stderr,
         )
-        return EXIT_INTERRUPTED
+        return cast(int, EXIT_INTERRUPTED)
     except USER_ERRORS as err:
         return _fail(prog, str(err))
     if args.json:

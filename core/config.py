@@ -17,7 +17,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
 T = TypeVar("T")
 
@@ -67,7 +67,7 @@ def to_dict(config: Any) -> dict[str, Any]:
             return {str(k): convert(v) for k, v in value.items()}
         return value
 
-    return convert(config)
+    return cast("dict[str, Any]", convert(config))
 
 
 def _is_optional(tp: Any) -> tuple[bool, Any]:
@@ -165,7 +165,7 @@ class UnknownKeyError(ConfigError):
 
 def dotted_keys(cls: type) -> list[str]:
     """Every setting of the config class ``cls`` as a dotted key (``corrector.scheduler.fraction``)."""
-    out = []
+    out: list[str] = []
     hints = get_type_hints(cls)
     for f in dataclasses.fields(cls):
         _, inner = _is_optional(hints[f.name])
@@ -210,7 +210,7 @@ def _is_instance(value: Any) -> bool:
     return dataclasses.is_dataclass(value) and not isinstance(value, type)
 
 
-def _section_default(f: dataclasses.Field) -> Any | None:
+def _section_default(f: dataclasses.Field[Any]) -> Any | None:
     """The default of the field ``f`` when it is a section of settings (a dataclass instance), else ``None``."""
     if f.default is not dataclasses.MISSING:
         value = f.default

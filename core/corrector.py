@@ -24,10 +24,10 @@ Validation lives in :class:`~wmrl.core.step_inputs.StepInputs`; every metric nam
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -145,7 +145,7 @@ def _groups(c: CorrectorConfig) -> CorrectorConfig:
     return _with(c, scheduler=_GROUPS, fusion={"mode": "mse"}, memory={"enabled": False})
 
 
-PRESETS = {
+PRESETS: dict[str, Callable[[CorrectorConfig], CorrectorConfig]] = {
     "wmrl": lambda c: resolve_memory(Mode.WMRL, c),
     # The default before issue 32: whole anchor groups at 10%, the mse fusion with its horizon, no memory.
     "wmrl_groups": _groups,
@@ -211,9 +211,9 @@ def _share_executed(
     real, used = real.copy(), used.copy()
     open_cells = ~used if anchor_rows_too else ~used & ~anchor[:, None]
     for r, c in zip(*np.nonzero(open_cells), strict=True):
-        acc = sums.get(keys[r, c])
-        if acc is not None:
-            real[r, c] = acc[0] / acc[1]
+        found = sums.get(keys[r, c])
+        if found is not None:
+            real[r, c] = found[0] / found[1]
             used[r, c] = True
     return real, used
 
@@ -238,10 +238,10 @@ def _calls_and_means(
             acc[0] += float(values[r, c])
             acc[1] += 1.0
     for r, c in zip(*np.nonzero(scored), strict=True):
-        acc = sums.get(keys[r, c]) if keys[r, c] is not None else None
-        if acc is not None:
-            calls[r, c] = acc[1]
-            means[r, c] = acc[0] / acc[1]
+        found = sums.get(keys[r, c]) if keys[r, c] is not None else None
+        if found is not None:
+            calls[r, c] = found[1]
+            means[r, c] = found[0] / found[1]
     return calls, means
 
 
@@ -563,7 +563,10 @@ class Corrector:
             known = ~np.isnan(rewards)
             is_real = (anchor[:, None] | real.used) & known
             calls = np.where(is_real | ~known, np.nan, 1.0)
-            return self.fusion.rollout_weights(WeightContext(anchor, contributes, is_real, known, calls))
+            return cast(
+                "npt.NDArray[Any]",
+                self.fusion.rollout_weights(WeightContext(anchor, contributes, is_real, known, calls)),
+            )
 
         rewards, advantages = late_advantages(
             applied_rewards,
@@ -657,7 +660,7 @@ class Corrector:
     def _debias(self, step: StepInputs, real: _RealOutcomes, pairs: _Pairs) -> dict[str, float | None]:
         """Add the step's pairs to the isotonic window and refit once; the prequential diagnostics."""
         rows, cols = pairs.rows, pairs.cols
-        diagnostics = self.debiaser.observe(
+        diagnostics: dict[str, float | None] = self.debiaser.observe(
             self.step_count, step.wm[rows, cols], real.value[rows, cols], rows, step.tasks[rows, cols]
         )
         self.debiaser.refit(self.step_count)
@@ -806,7 +809,8 @@ class Corrector:
         if span <= 0:
             return np.zeros_like(x)
         h = 0.05 * span
-        return (self.debiaser.calibrate(x + h, keys) - self.debiaser.calibrate(x - h, keys)) / (2 * h)
+        slope = (self.debiaser.calibrate(x + h, keys) - self.debiaser.calibrate(x - h, keys)) / (2 * h)
+        return cast("npt.NDArray[Any]", slope)
 
     def _update_budget(self) -> None:
         cfg = self.config.budget
@@ -821,7 +825,16 @@ class Corrector:
         f0 = self.config.scheduler.fraction
         self.fraction = float(min(max(f0 * (1 + rho) / (1 + self.budget_reference), f0), cfg.max_fraction))
 
-    def _metrics(self, plan, wm, real, anchor, ga, weights, diag) -> dict[str, float | None]:
+    def _metrics(
+        self,
+        plan: Plan,
+        wm: npt.NDArray[Any],
+        real: npt.NDArray[Any],
+        anchor: npt.NDArray[Any],
+        ga: GroupAdvantages,
+        weights: npt.NDArray[Any],
+        diag: dict[str, float | None],
+    ) -> dict[str, float | None]:
         n = len(anchor)
         contributes = ga.contributes
         total_w = float(weights[contributes].sum())

@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -250,7 +250,8 @@ class Fusion(_RunningSums):
         for name in _SUMS:
             setattr(self, name, 0.0)
         self.steps = 0
-        self._cache: tuple | None = None  # the step's (V_a, V_wm, D), computed once
+        # the step's (V_a, V_wm, D), computed once
+        self._cache: tuple[tuple[float, float, float] | None] | None = None
         self.groups_measured = 0
         # Per solution key: memory-decayed Σ z over anchor rollouts, and the step it was decayed to.
         self.key_resid: dict[str, list[float]] = {}
@@ -307,7 +308,15 @@ class Fusion(_RunningSums):
         self.stream_anchors += float(anchors)
         return {"fusion_groups_new": float(measured)}
 
-    def _measure(self, real, cal, sizes, exec_var, wm_var, keys) -> int:
+    def _measure(
+        self,
+        real: npt.NDArray[Any],
+        cal: npt.NDArray[Any],
+        sizes: npt.NDArray[Any],
+        exec_var: npt.NDArray[Any],
+        wm_var: npt.NDArray[Any] | None,
+        keys: npt.NDArray[Any] | None,
+    ) -> int:
         """Add one step's grouped pairs (``sizes``: pairs per group, each >= 2, in order) to the sums.
 
         A step has few anchor groups, so the cost is numpy's per-call overhead: the group statistics
@@ -391,7 +400,14 @@ class Fusion(_RunningSums):
         self._paper_update(np.add.reduceat(z**2, starts), var_r * m, np.add.reduceat(real**2, starts))
         return n
 
-    def _cross_keys(self, z, index, m_i, exec_var, keys) -> None:
+    def _cross_keys(
+        self,
+        z: npt.NDArray[Any],
+        index: npt.NDArray[Any],
+        m_i: npt.NDArray[Any],
+        exec_var: npt.NDArray[Any],
+        keys: npt.NDArray[Any],
+    ) -> None:
         """Accumulate the keyed (gradient-geometry) sums of one step's anchor groups.
 
         Rollouts with the same solution key share one score gradient, so a group's gradient is
@@ -451,7 +467,9 @@ class Fusion(_RunningSums):
             for key in stale:
                 del self.key_resid[key]
 
-    def _paper_update(self, ss_error, ss_signal, ss_raw) -> None:
+    def _paper_update(
+        self, ss_error: npt.NDArray[Any], ss_signal: npt.NDArray[Any], ss_raw: npt.NDArray[Any]
+    ) -> None:
         """The official per-group disagreement EMA, in arrival order; groups with no real spread skipped.
 
         Args: per group ``Σ z²``, ``Σ (r - r̄)²`` and ``Σ r²``, shape ``(n,)``.
@@ -579,20 +597,20 @@ class Fusion(_RunningSums):
         """The multiplier ``mse`` applies to ``E`` (``None`` before warm-up and in other modes)."""
         from wmrl.core.fusion_compare import design_effect
 
-        return design_effect(self)
+        return cast("float | None", design_effect(self))
 
     @property
     def ratio(self) -> float:
         """``V_wm / V_a`` of ``mse`` / ``inverse_variance`` (1 in other modes and before warm-up)."""
         from wmrl.core.fusion_compare import variance_ratio
 
-        return variance_ratio(self)
+        return cast(float, variance_ratio(self))
 
     def paper_weight(self) -> float:
         """The ``paper`` heuristic's anchor weight (1 before warm-up)."""
         from wmrl.core.fusion_compare import paper_weight
 
-        return paper_weight(self)
+        return cast(float, paper_weight(self))
 
     @property
     def reward_disagreement(self) -> float | None:
@@ -663,7 +681,7 @@ class Fusion(_RunningSums):
     def rollout_weights(self, ctx: WeightContext) -> npt.NDArray[Any]:
         """``(n_groups, G)`` weights on the advantages, by the rule ``fusion.mode`` names
         (:mod:`wmrl.core.fusion_rules`); 0 where a rollout carries no gradient."""
-        return fusion_rule(self.config.mode)(self, ctx)
+        return cast("npt.NDArray[Any]", fusion_rule(self.config.mode)(self, ctx))
 
     def weights(
         self,
@@ -678,7 +696,7 @@ class Fusion(_RunningSums):
             raise ValueError("fusion.mode=gain weights single rollouts: use Fusion.rollout_weights")
         from wmrl.core.fusion_compare import group_weights
 
-        return group_weights(self, is_anchor, contributes, executed_share)
+        return cast("npt.NDArray[Any]", group_weights(self, is_anchor, contributes, executed_share))
 
     # -- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -55,7 +55,8 @@ def variances(fusion: Fusion) -> tuple[float, float, float] | None:
     """``(V_a, V_wm, D)`` per rollout, or ``None`` while there is too little evidence (cached per step)."""
     if fusion._cache is None:
         fusion._cache = (_compute_variances(fusion),)
-    return fusion._cache[0]
+    cached: tuple[float, float, float] | None = fusion._cache[0]
+    return cached
 
 
 def _compute_variances(fusion: Fusion) -> tuple[float, float, float] | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -51,12 +51,12 @@ class WeightContext:
     @property
     def live(self) -> npt.NDArray[Any]:
         """Rollouts that carry a gradient: a known reward in a contributing group."""
-        return self.known & self.contributes[:, None]
+        return cast("npt.NDArray[Any]", self.known & self.contributes[:, None])
 
     @property
     def real_share(self) -> npt.NDArray[Any]:
         """``(n_groups,)`` share of each group's known rewards that are real."""
-        return self.is_real.sum(axis=1) / np.maximum(self.known.sum(axis=1), 1)
+        return cast("npt.NDArray[Any]", self.is_real.sum(axis=1) / np.maximum(self.known.sum(axis=1), 1))
 
 
 #: ``(fusion, context) -> (n_groups, G)`` weights.

@@ -12,7 +12,9 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 __all__ = ["GracefulStop"]
 
@@ -29,7 +31,7 @@ class GracefulStop:
     ) -> None:
         self.message = message
         self.requested = False
-        self._previous = None
+        self._previous: Callable[[int, FrameType | None], Any] | int | None = None
         self._installed = False
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:

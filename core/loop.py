@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -53,6 +53,9 @@ from wmrl.core.rundir import CHECKPOINTS, RunDirectory, list_checkpoints
 from wmrl.core.runlog import plot_run, write_json_atomic
 from wmrl.core.session import RunSession
 from wmrl.core.train_config import TrainConfigBase
+
+if TYPE_CHECKING:
+    from wmrl.core.corrector import Correction
 
 __all__ = ["TRAINER_FILE", "LoopDomain", "LoopStep", "LoopTrainer"]
 
@@ -95,7 +98,7 @@ class LoopStep:
     metrics: dict[str, Any]
 
     @property
-    def correction(self):
+    def correction(self) -> Correction:
         return self.result.correction
 
 
@@ -121,7 +124,7 @@ class LoopTrainer:
         domain: LoopDomain,
         pipeline: RewardPipeline,
         config: TrainConfigBase,
-        run_dir: RunDirectory | str | os.PathLike,
+        run_dir: RunDirectory | str | os.PathLike[str],
         *,
         progress: bool = True,
         details: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
@@ -156,7 +159,7 @@ class LoopTrainer:
         self.details = details
         self.device = device
         self.step = 0
-        self._bar = None
+        self._bar: Any = None  # the tqdm bar while train() runs
         main = self.processes.is_main
         # the run's life around its steps: the folder, the writer, stops, wall time, the summary
         self.session = RunSession(run_dir, config, main=main)
@@ -214,7 +217,7 @@ class LoopTrainer:
 
         With several processes every rank calls it (the ledgers are gathered); rank 0 writes."""
         ledgers = self.processes.all_gather_object(self.pipeline.ledger.state_dict())
-        root = self.run_dir.path / CHECKPOINTS
+        root: Path = self.run_dir.path / CHECKPOINTS
         final = root / f"checkpoint-{self.step}"
         self._last_saved = self.step
         if not self.processes.is_main:
@@ -299,7 +302,7 @@ class LoopTrainer:
     def _checkpoints_after(self, step: int) -> bool:
         """Whether step ``step`` (0-based) ends with a scheduled checkpoint (asynchronous anchors drain
         there, so a checkpoint never holds executions in flight)."""
-        every = self.config.checkpoint.every
+        every: int | None = self.config.checkpoint.every
         return (every is not None and (step + 1) % every == 0) or step + 1 == self.config.steps
 
     def _write_completions(self, batch: list[Group], result: StepResult) -> None:
@@ -411,7 +414,7 @@ class LoopTrainer:
         if processes.is_main:
             details = self.details() if callable(self.details) else self.details
         details = processes.broadcast_object(details)
-        report = self.pipeline.cost_report(
+        report: dict[str, Any] = self.pipeline.cost_report(
             steps=self.step,
             ledger=ledger,
             processes=processes.world,

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -180,27 +180,27 @@ class StepResult:
     @property
     def local_advantages(self) -> npt.NDArray[Any]:
         """``(n_local_groups, G)``: the advantages of this process's groups."""
-        return self.correction.advantages[self.rows]
+        return cast("npt.NDArray[Any]", self.correction.advantages[self.rows])
 
     @property
     def advantages(self) -> npt.NDArray[Any]:
-        return self.correction.advantages
+        return cast("npt.NDArray[Any]", self.correction.advantages)
 
     @property
     def rewards(self) -> npt.NDArray[Any]:
-        return self.correction.rewards
+        return cast("npt.NDArray[Any]", self.correction.rewards)
 
     @property
     def weights(self) -> npt.NDArray[Any]:
-        return self.correction.weights
+        return cast("npt.NDArray[Any]", self.correction.weights)
 
     @property
     def anchor(self) -> npt.NDArray[Any]:
-        return self.correction.anchor
+        return cast("npt.NDArray[Any]", self.correction.anchor)
 
     @property
     def metrics(self) -> dict[str, float | None]:
-        return self.correction.metrics
+        return cast("dict[str, float | None]", self.correction.metrics)
 
 
 #: ``(entry, its execution pass's Scores) -> (real, repeats)``, the entry's whole step as ``(n_groups, G)``.
@@ -351,7 +351,7 @@ class RewardPipeline:
         """The active scheduler and per-rollout anchors read world-model scores, so they plan after the
         world model scored."""
         sched = self.corrector.config.scheduler
-        return sched.active_share > 0 or sched.rollout_share > 0
+        return cast(bool, sched.active_share > 0 or sched.rollout_share > 0)
 
     def keys_of(self, items: Sequence[Any]) -> list[str | None] | None:
         """The solution key of each item (``None`` without a ``solution_key`` function)."""
@@ -425,11 +425,13 @@ class RewardPipeline:
         for i, item in enumerate(items):
             if not exact[i]:
                 continue
-            grade = Grade(item.value, item.status, 0.0 if item.value is not None else None, {}, item.feedback)
+            exact_grade = Grade(
+                item.value, item.status, 0.0 if item.value is not None else None, {}, item.feedback
+            )
             if use_wm:
-                out.wm[i], out.wm_variance[i], out.wm_grades[i] = _nan(item.value), 0.0, grade
+                out.wm[i], out.wm_variance[i], out.wm_grades[i] = _nan(item.value), 0.0, exact_grade
             if use_real and rows[i]:
-                out.real[i], out.real_grades[i] = _nan(item.value), grade
+                out.real[i], out.real_grades[i] = _nan(item.value), exact_grade
                 out.statuses.append(item.status)
         wm_rows = [i for i in range(n) if use_wm and not exact[i] and not skip[i]]
         real_rows = [i for i in range(n) if use_real and rows[i] and not exact[i] and not skip[i]]
@@ -444,7 +446,7 @@ class RewardPipeline:
         def grade(source: RewardSource, picked: list[int], stream: str) -> list[Grade]:
             start = time.perf_counter()
             try:
-                return collect_grades(source, [items[i] for i in picked])
+                return cast("list[Grade]", collect_grades(source, [items[i] for i in picked]))
             finally:
                 elapsed = time.perf_counter() - start
                 self.ledger.add(stream, elapsed, items=len(picked))
@@ -929,7 +931,7 @@ class RewardPipeline:
 
     # -- checkpoint -------------------------------------------------------------------------------
     def save(
-        self, folder: str | os.PathLike, ledger_states: Sequence[Mapping[str, Any]] | None = None
+        self, folder: str | os.PathLike[str], ledger_states: Sequence[Mapping[str, Any]] | None = None
     ) -> None:
         """Write the corrector's state and the ledger into a checkpoint ``folder``.
 
@@ -958,7 +960,7 @@ class RewardPipeline:
         """Whether the world model holds what it learned from the run (``state_dict`` and ``load_state_dict``)."""
         return all(callable(getattr(self.world_model, m, None)) for m in ("state_dict", "load_state_dict"))
 
-    def load(self, folder: str | os.PathLike, rank: int = 0, world: int = 1) -> None:
+    def load(self, folder: str | os.PathLike[str], rank: int = 0, world: int = 1) -> None:
         """Restore the corrector and this rank's ledger from a checkpoint ``folder`` written by :meth:`save`.
 
         With a different number of ranks than at saving, rank 0 takes the saved total and the others
@@ -1031,7 +1033,7 @@ class RewardPipeline:
         ``ledger``: the whole run's ledger (a multi-process run's merged one; default: this one).
         """
         ledger = ledger or self.ledger
-        report = ledger.report()
+        report: dict[str, Any] = ledger.report()
         report.update(
             mode=self.mode.value,
             steps=int(steps),

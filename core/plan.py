@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -134,7 +134,7 @@ def first_unknown(
 
 
 def _scores(name: str, scores: Any, shape: tuple[int, int]) -> npt.NDArray[Any]:
-    matrix = as_reward_matrix(scores, name)
+    matrix: npt.NDArray[Any] = as_reward_matrix(scores, name)
     if matrix.shape != shape:
         raise ValueError(f"{name} must have shape {shape} (groups, rollouts); got {matrix.shape}")
     return matrix
@@ -172,7 +172,7 @@ class PlanStream:
         sched = corrector.scheduler
         budget = sched.count(self.step, n, in_flight, corrector.fraction)
         whole = sched.split(self.step, budget, n)
-        self.anchor = sched.select(
+        self.anchor: npt.NDArray[Any] = sched.select(
             self.step, self.keys, self.tasks, None, in_flight, corrector.fraction, count=whole
         )
         self.solutions = solution_key_matrix(solution_keys, self.shape)
@@ -193,7 +193,7 @@ class PlanStream:
 
     def anchor_rows(self) -> npt.NDArray[Any]:
         """``(n_groups, G)`` bool: the anchor groups' executions (known before any world-model score)."""
-        return self.execute & self.anchor[:, None]
+        return cast("npt.NDArray[Any]", self.execute & self.anchor[:, None])
 
     def add(self, row: int, wm_row: npt.NDArray[Any] | Sequence[float | None]) -> npt.NDArray[Any]:
         """Group ``row``'s world-model scores are in: its single executions, ``(G,)`` bool (none for an
@@ -209,7 +209,7 @@ class PlanStream:
         cal = self.corrector.debiaser.calibrate(
             scores[None, :], np.full((1, self.shape[1]), task, dtype=object)
         )[0]
-        chosen = self.corrector.scheduler.select_group(
+        chosen: npt.NDArray[Any] = self.corrector.scheduler.select_group(
             self.step,
             self.keys[row],
             scores,

@@ -31,6 +31,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from wmrl.core.pipeline import CORRECTOR_FILE
 
@@ -82,11 +83,12 @@ def write_stage_marker(folder: str | Path, **info: object) -> Path:
     return path
 
 
-def read_stage_marker(folder: str | Path) -> dict:
+def read_stage_marker(folder: str | Path) -> dict[str, Any]:
     """What :func:`write_stage_marker` stored in ``folder``."""
     import json
 
-    return json.loads((Path(folder) / STAGE_FILE).read_text())
+    marker: dict[str, Any] = json.loads((Path(folder) / STAGE_FILE).read_text())
+    return marker
 
 
 def list_checkpoints(run_dir: str | Path, marker: str = CORRECTOR_FILE) -> list[Path]:

@@ -16,8 +16,9 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -107,11 +108,11 @@ def write_json_atomic(path: Path, data: Any) -> Path:
 class _Tracker:
     """One experiment tracker: ``log(numeric metrics, step)`` and ``close()``."""
 
-    def __init__(self, log, close) -> None:
+    def __init__(self, log: Callable[[Mapping[str, Any], int], object], close: Callable[[], object]) -> None:
         self.log, self.close = log, close
 
 
-def _require(module: str, kind: str):
+def _require(module: str, kind: str) -> ModuleType:
     import importlib
 
     try:
@@ -135,7 +136,7 @@ def _open_tracker(kind: str, run_dir: Path, name: str, config: Mapping[str, Any]
             ) from err
         writer = SummaryWriter(str(run_dir / "tensorboard"))
 
-        def log(metrics, step):
+        def log(metrics: Mapping[str, Any], step: int) -> None:
             for key, value in metrics.items():
                 writer.add_scalar(key, value, step)
 

@@ -25,7 +25,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from wmrl.core.errors import Interrupted
 from wmrl.core.rundir import RunDirectory, add_attempt_wall, earlier_wall_s
@@ -65,7 +65,7 @@ class RunSession:
 
     @property
     def path(self) -> Path:
-        return self.run_dir.path
+        return cast(Path, self.run_dir.path)
 
     def open(
         self, report_to: Sequence[str] = (), on_fresh_start: Callable[[], None] | None = None

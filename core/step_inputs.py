@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -22,7 +22,7 @@ from wmrl.core.sources import NoiseModel
 __all__ = ["Scores", "StepInputs", "score_matrix"]
 
 #: A ``(n_groups, G)`` matrix of scores as callers give it: an array or nested sequences, NaN/None = unknown.
-Scores = np.ndarray | Sequence[Sequence[float | None]]
+Scores = npt.NDArray[Any] | Sequence[Sequence[float | None]]
 
 
 def score_matrix(name: str, scores: Scores, shape: tuple[int, int] | None) -> RewardMatrix:
@@ -101,7 +101,7 @@ class StepInputs:
 
     @property
     def shape(self) -> tuple[int, int]:
-        return self.wm.shape  # type: ignore[return-value]
+        return cast("tuple[int, int]", self.wm.shape)
 
     @property
     def executions(self) -> int:
@@ -114,7 +114,7 @@ class StepInputs:
     @property
     def anchor(self) -> npt.NDArray[Any]:
         """``(n_groups,)`` bool: the whole anchor groups."""
-        return self.plan.anchor
+        return cast("npt.NDArray[Any]", self.plan.anchor)
 
     @classmethod
     def check(

@@ -157,7 +157,8 @@ class _ResumeRules:
     resumable: ClassVar[tuple[str, ...]] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return to_dict(self)
+        data: dict[str, Any] = to_dict(self)
+        return data
 
     def check_resume(self, saved: Mapping[str, Any]) -> None:
         """Refuse to resume a run saved with config ``saved`` (a dict) under this config if they differ

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from wmrl.core.cli import CommandRoot
 
 
-def register(root) -> None:
+def register(root: CommandRoot) -> None:
     syn = root.subcommand(
         "bench", "synthetic", "simulated GRPO: WMRL against real-execution GRPO", _synthetic
     )
@@ -76,14 +80,14 @@ def register(root) -> None:
 def _synthetic(args: argparse.Namespace) -> int:
     from wmrl.core.bench.synthetic import run_from_cli
 
-    return run_from_cli(args)
+    return cast(int, run_from_cli(args))
 
 
 def _overhead(args: argparse.Namespace) -> int:
     from wmrl.core.bench.overhead import run_from_cli
 
     try:
-        return run_from_cli(args)
+        return cast(int, run_from_cli(args))
     except KeyboardInterrupt:
         # Timings are not kept: a rerun measures them all again on the machine as it is then.
         print("\ninterrupted: no timings written (rerun to measure)", file=sys.stderr)

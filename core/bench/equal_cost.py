@@ -106,7 +106,8 @@ def paired(
         va, vb = reward_at(ra, ca, at), reward_at(rb, cb, at)
         if va is not None and vb is not None:
             diffs.append(va - vb)
-    return mean_ci(diffs)
+    summary: dict[str, float | int | None] = mean_ci(diffs)
+    return summary
 
 
 #: ``{arm: {seed: (reward, cost)}}``: each arm's per-seed curves, ``(steps + 1,)`` each or longer.

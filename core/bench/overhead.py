@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,7 @@ def time_refit(n_pairs: int, repeats: int) -> float:
     return float(np.median(times))
 
 
-def _exponents(sizes, times) -> list[float | None]:
+def _exponents(sizes: Sequence[int], times: Sequence[float]) -> list[float | None]:
     out: list[float | None] = [None]
     for i in range(1, len(sizes)):
         out.append(float(np.log(times[i] / times[i - 1]) / np.log(sizes[i] / sizes[i - 1])))

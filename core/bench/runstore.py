@@ -51,7 +51,7 @@ class RunStore:
         version: bumped by a benchmark whose results change meaning, so older files are not reused.
     """
 
-    def __init__(self, root: str | os.PathLike, version: str = "1") -> None:
+    def __init__(self, root: str | os.PathLike[str], version: str = "1") -> None:
         self.dir = Path(root) / "runs"
         self.version = version
         self.code = code_digest()
@@ -69,7 +69,8 @@ class RunStore:
         """The stored result of ``key``, or ``None`` if that run has not finished (or its file is unreadable)."""
         path = self.dir / f"{key}.json"
         try:
-            return json.loads(path.read_text())["result"]
+            result: dict[str, Any] | None = json.loads(path.read_text())["result"]
+            return result
         except (FileNotFoundError, json.JSONDecodeError, KeyError):
             # A file cut short by a kill during its write is a run that did not finish.
             return None

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -232,7 +232,7 @@ class SimConfig:
     def execute(self, rng: np.random.Generator, true: npt.NDArray[Any]) -> npt.NDArray[Any]:
         """One real execution of every rollout: a draw of the observed score around ``true``."""
         if self.exec_noise == "gaussian":
-            return true + rng.normal(0.0, self.exec_sd, true.shape)
+            return cast("npt.NDArray[Any]", true + rng.normal(0.0, self.exec_sd, true.shape))
         if self.exec_noise == "flaky":
             return np.where(rng.random(true.shape) < self.flaky_rate, 0.0, true)
         if self.exec_noise == "bernoulli":
@@ -273,7 +273,7 @@ class Landscape:
         """``h_t``: monotone, non-affine, drifting with the policy's progress in [0, 1]."""
         power = np.exp(np.log(2.0) * (1.0 - 2.0 * min(max(progress, 0.0), 1.0) * self.cfg.drift))
         base = np.clip(x, 0.0, 1.0) ** power
-        return 0.15 + self.task_offset[tasks][:, None] + 0.75 * base
+        return cast("npt.NDArray[Any]", 0.15 + self.task_offset[tasks][:, None] + 0.75 * base)
 
     def true_value(self, logits: npt.NDArray[Any]) -> float:
         """Mean over tasks of the policy's expected true reward."""
@@ -290,7 +290,7 @@ class ArmResult:
     rollouts: npt.NDArray[Any]  # (steps,) rollouts generated per step
     wm_calls: npt.NDArray[Any]  # (steps,) world-model predictions per step
     executions: npt.NDArray[Any]  # (steps,) real executions per step
-    metrics: list[dict] = field(default_factory=list)
+    metrics: list[dict[str, Any]] = field(default_factory=list)
     # (steps + 1,) modelled wall time at the start of each step and at the end, in step-times (a model,
     # wmrl.core.late.modelled_step_times, not a measurement); None for results saved before it existed
     wall: npt.NDArray[Any] | None = None
@@ -429,7 +429,7 @@ def run_arm(
             scored = fused.score([items[g][i] for g, i in cells])
             for (g, i), value in zip(cells, scored, strict=True):
                 wm[g, i] = np.nan if value is None else value
-        late_grads = []
+        late_grads: list[tuple[_Pending, npt.NDArray[Any]]] = []
         if lag > 0:  # the executions due now land first: calibration, memory, and their groups' gradient
             in_flight, late_grads = _land_due(corrector, in_flight, step, declared, fused)
             running = frozenset(k for p in in_flight for k in p.keys)
@@ -499,11 +499,11 @@ class _Pending:
 
     @property
     def rewards(self) -> npt.NDArray[Any]:
-        return self.correction.rewards
+        return cast("npt.NDArray[Any]", self.correction.rewards)
 
     @property
     def advantages(self) -> npt.NDArray[Any]:
-        return self.correction.advantages
+        return cast("npt.NDArray[Any]", self.correction.advantages)
 
     @property
     def keys(self) -> frozenset[str]:

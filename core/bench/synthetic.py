@@ -128,7 +128,7 @@ def stored_runner(store: RunStore) -> Runner:
     return run
 
 
-def _mean_known(values: list) -> float | None:
+def _mean_known(values: list[Any]) -> float | None:
     known = [v for v in values if v is not None]
     return float(np.mean(known)) if known else None
 

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -102,7 +102,7 @@ class LocalNode:
     """
 
     name: str
-    process: subprocess.Popen
+    process: subprocess.Popen[bytes]
     resources: dict[str, float] = field(default_factory=dict)
     log: Path | None = None
 
@@ -160,7 +160,7 @@ class LocalCluster:
         memory_mb: int = 1024,
         object_store_mb: int = 100,
         ray: str | None = None,
-        temp_dir: str | os.PathLike | None = None,
+        temp_dir: str | os.PathLike[str] | None = None,
         system_config: Mapping[str, object] | None = None,
     ) -> None:
         self.memory_mb = memory_mb
@@ -191,7 +191,13 @@ class LocalCluster:
             raise
 
     def _start(
-        self, name: str, args: list[str], cpus: float, resources: Mapping[str, float], gpus: float, ports
+        self,
+        name: str,
+        args: list[str],
+        cpus: float,
+        resources: Mapping[str, float],
+        gpus: float,
+        ports: Sequence[int],
     ) -> LocalNode:
         nm, om, agent, agent_grpc, rt_env, metrics, _ = ports
         command = [

@@ -104,7 +104,7 @@ class _Worker:
 @dataclass
 class _Job:
     item: Any
-    future: Future
+    future: Future[Any]
     attempts: int = 0
     nodes: list[str] = field(default_factory=list)
     last_failure: str = ""
@@ -176,7 +176,7 @@ class RayPool:
         self._closed = False
         self._restarts = 0
         self._no_worker_since: float | None = None
-        self._stats = collections.Counter()
+        self._stats: collections.Counter[str] = collections.Counter()
         self._node_items: collections.Counter[str] = collections.Counter()
         self._busy_s = 0.0
         self._first_submit: float | None = None
@@ -188,9 +188,9 @@ class RayPool:
 
     # ------------------------------------------------------------------ public API
 
-    def submit(self, item: Any) -> Future:
+    def submit(self, item: Any) -> Future[Any]:
         """Schedule ``item``; the future's result is ``fn(item)``'s value or an :class:`Unknown`."""
-        future: Future = Future()
+        future: Future[Any] = Future()
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"the Ray pool {self.name!r} is closed")
@@ -269,7 +269,8 @@ class RayPool:
 
     def _start_slot(self) -> _Slot:
         actor = self._actor_cls.remote(self._factory)
-        return _Slot(next(self._counter), actor, actor.info.remote())
+        # ray types a handle's methods as the plain methods, without their .remote
+        return _Slot(next(self._counter), actor, actor.info.remote())  # type: ignore[attr-defined]
 
     def _kill(self, slot: _Slot) -> None:
         import ray

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
+
+if TYPE_CHECKING:
+    from transformers import TrainerControl, TrainerState, TrainingArguments
 
 __all__ = ["RunLogCallback"]
 
@@ -37,14 +40,16 @@ class RunLogCallback(TrainerCallback):
         self.total = total
         self.desc = desc
         self.shown = shown
-        self.bar = None
+        self.bar: Any = None  # the tqdm bar while training runs
 
     def set_phase(self, name: str) -> None:
         """Show what the step in progress is doing (generation, scoring, update)."""
         if self.bar is not None:
             self.bar.set_description_str(f"{self.desc} · {name}", refresh=True)
 
-    def on_train_begin(self, args, state, control, **kwargs):
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         if self.progress:
             from tqdm.auto import tqdm
 
@@ -52,7 +57,14 @@ class RunLogCallback(TrainerCallback):
                 total=self.total or state.max_steps, initial=state.global_step, desc=self.desc, unit="step"
             )
 
-    def on_log(self, args, state, control, logs=None, **kwargs):
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
         if not logs:
             return
         self.writer.log(state.global_step, logs)
@@ -63,11 +75,15 @@ class RunLogCallback(TrainerCallback):
                     shown[name] = f"{logs[key]:.3f}"
             self.bar.set_postfix(shown, refresh=True)
 
-    def on_step_end(self, args, state, control, **kwargs):
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         if self.bar is not None:
             self.bar.update(state.global_step - self.bar.n)
 
-    def on_train_end(self, args, state, control, **kwargs):
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         if self.bar is not None:
             self.bar.close()
             self.bar = None

@@ -115,7 +115,8 @@ class TurnContext:
     turns: int
     tokenizer: Any
     template_kwargs: dict[str, Any]
-    generate: Callable[[list[list[int]], int], list[list[int]]]
+    #: replies, or ``(replies, logprobs)`` with ``sampling_logprobs`` (see above)
+    generate: Callable[[list[list[int]], int], Any]
     max_new_tokens: int
     stop_token_ids: set[int]
     seconds: Callable[[Mapping[str, float]], None]
@@ -139,7 +140,7 @@ class TurnContext:
 
 
 def feedback_suffix(
-    tokenizer: Any, message: str, reply_ended: bool, template_kwargs: dict | None = None
+    tokenizer: Any, message: str, reply_ended: bool, template_kwargs: dict[str, Any] | None = None
 ) -> str:
     """The chat-template text between the end of an assistant reply and the next assistant turn.
 
@@ -152,7 +153,7 @@ def feedback_suffix(
         {"role": "assistant", "content": _SENTINEL},
         {"role": "user", "content": message},
     ]
-    text = tokenizer.apply_chat_template(
+    text: str = tokenizer.apply_chat_template(
         messages, tokenize=False, add_generation_prompt=True, **(template_kwargs or {})
     )
     at = text.find(_SENTINEL)
@@ -181,7 +182,7 @@ def _value(x: float) -> float | None:
     return None if x is None or math.isnan(x) else float(x)
 
 
-def multi_turn_rollout(ctx: TurnContext, prompts: list) -> dict[str, Any]:
+def multi_turn_rollout(ctx: TurnContext, prompts: list[Any]) -> dict[str, Any]:
     """Run K-turn episodes for this rank's ``prompts`` (G copies of each, contiguous); TRL's rollout dict."""
     tokenizer = ctx.tokenizer
     n = len(prompts)

@@ -40,7 +40,7 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -963,7 +963,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
             else (wm.status if wm is not None else None)
             for is_anchor, wm, real in zip(anchor_rows, scores.wm_grades, scores.real_grades, strict=True)
         ]
-        return scores.columns()
+        return cast("npt.NDArray[Any]", scores.columns())
 
     def _submit(self, step: _Step, items: list[Any]) -> bool:
         """Asynchronous anchors: submit this batch's executions and do not wait (``False``: run them now,
@@ -1003,7 +1003,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
     def _graded_without_real(self, step: _Step, scores: Any) -> npt.NDArray[Any]:
         """The batch's columns while its executions are in flight: the world model's, no real scores."""
         step.row_statuses = [wm.status if wm is not None else None for wm in scores.wm_grades]
-        return scores.columns()
+        return cast("npt.NDArray[Any]", scores.columns())
 
     # ------------------------------------------------------------------ K-turn episodes
 
@@ -1180,4 +1180,4 @@ def _rollout_entry(prompts: list[Any], trainer: WMRLGRPOTrainer) -> dict[str, An
     )
     if step is None or (step.plan is None and not planned_late) or len(step.inputs) != len(prompts):
         raise RuntimeError("the K-turn rollout runs inside WMRLGRPOTrainer's generation step only")
-    return multi_turn_rollout(trainer.turn_context(step), prompts)
+    return cast("dict[str, Any]", multi_turn_rollout(trainer.turn_context(step), prompts))

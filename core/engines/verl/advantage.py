@@ -17,13 +17,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from wmrl.core.corrector import Correction
 from wmrl.core.pipeline import RewardPipeline
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["RowCorrection", "compute_wmrl_advantage", "correct_rows", "publish", "published"]
 
@@ -94,7 +97,7 @@ def correct_rows(
     width = int(slot.max()) + 1 if n else 0
     group_tasks = None
     if tasks is not None:
-        first = {}
+        first: dict[int, str] = {}
         for i, g in enumerate(group_of):
             first.setdefault(int(g), str(tasks[i]))
         group_tasks = [first[g] for g in range(len(keys))]
@@ -146,7 +149,13 @@ def published() -> RowCorrection | None:
         return _published
 
 
-def compute_wmrl_advantage(token_level_rewards, response_mask, index=None, config=None, **_: Any):
+def compute_wmrl_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: npt.NDArray[Any] | Sequence[Any] | None = None,
+    config: Any = None,
+    **_: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """verl advantage estimator ``wmrl``: the corrector's advantages of the published batch.
 
     Args (verl's): ``token_level_rewards`` ``(B, T)``, ``response_mask`` ``(B, T)``, ``index`` ``(B,)``

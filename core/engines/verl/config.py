@@ -86,9 +86,11 @@ class VerlConfig:
                 "and the corrector (docs/scale-out.md); pass it to the Ray workers through "
                 "ray_kwargs.ray_init.runtime_env.env_vars"
             )
-        return load_config(cls, Path(path))
+        config: VerlConfig = load_config(cls, Path(path))
+        return config
 
     def item_function(self) -> Callable[[str, dict[str, Any]], Any]:
         if self.item_fn is None:
             return lambda text, row: text
-        return load_object(self.item_fn)
+        fn: Callable[[str, dict[str, Any]], Any] = load_object(self.item_fn)
+        return fn

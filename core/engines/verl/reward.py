@@ -13,7 +13,7 @@ happen here: anchors are chosen per *batch* by the scheduler, in the trainer pro
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
@@ -65,7 +65,7 @@ class WMRLRewardManager(RewardManagerBase):
     def response_text(self, item: Any) -> str:
         response_ids = item.batch["responses"]
         length = int(item.batch["attention_mask"][-response_ids.shape[-1] :].sum())
-        return self.tokenizer.decode(response_ids[:length], skip_special_tokens=True)
+        return cast(str, self.tokenizer.decode(response_ids[:length], skip_special_tokens=True))
 
     async def run_single(self, data: DataProto) -> dict[str, Any]:
         item = data[-1:][0]  # multi-sequence outputs: the last sequence is graded (verl's convention)

@@ -21,8 +21,9 @@ against the real verl package (``tests/verl_env/``).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, cast
 
 import numpy as np
 
@@ -49,19 +50,19 @@ def build_pipeline(config: VerlConfig) -> RewardPipeline:
         name = "world_model(reward loop)"
         role = "world_model"
 
-        def score(self, items):  # pragma: no cover - the trainer never calls it
+        def score(self, items: Sequence[Any]) -> NoReturn:  # pragma: no cover - the trainer never calls it
             raise RuntimeError("the world model scores in verl's reward loop, not in the trainer")
 
     wm = _ScoredInRewardLoop() if config.mode.value != "real" else None
     return RewardPipeline(wm, anchor, mode=config.mode, corrector=config.corrector)
 
 
-def save_state(pipeline: RewardPipeline, step_folder: str | os.PathLike) -> None:
+def save_state(pipeline: RewardPipeline, step_folder: str | os.PathLike[str]) -> None:
     """Write the correction into verl's ``global_step_N`` checkpoint folder."""
     pipeline.save(Path(step_folder))
 
 
-def load_state(pipeline: RewardPipeline, step_folder: str | os.PathLike) -> None:
+def load_state(pipeline: RewardPipeline, step_folder: str | os.PathLike[str]) -> None:
     """Restore the correction from verl's ``global_step_N`` folder (bit-identical corrector state)."""
     pipeline.load(Path(step_folder))
 
@@ -87,7 +88,7 @@ def _register() -> type:
             self.pipeline = build_pipeline(self.wmrl)
             self.item_fn = self.wmrl.item_function()
 
-        def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
+        def _compute_advantage(self, batch: Any, metrics: dict[str, Any]) -> Any:
             import torch
             import transfer_queue as tq
             from tensordict import TensorDict
@@ -151,4 +152,4 @@ def register() -> type:
     global WMRLPPOTrainer
     if WMRLPPOTrainer is None:
         WMRLPPOTrainer = _register()
-    return WMRLPPOTrainer
+    return cast(type, WMRLPPOTrainer)
