@@ -72,6 +72,11 @@ def scoring(args) -> dict:
         lambda: VLLMWorkerBackend(folder, python=args.python, dtype="float32")
     )
     print(f"loaded: transformers {hf_load_s:.1f} s, vllm worker {vllm_load_s:.1f} s", flush=True)
+    # the previous status_probs path, side by side: candidates read from prompt_logprobs, which makes
+    # vLLM skip its prefix cache (one whole prefill per candidate)
+    backends["vllm_prompt_logprobs"] = VLLMWorkerBackend(
+        folder, python=args.python, dtype="float32", token_logprobs=False
+    )
     try:
         items, _ = build_items(args.items)
         solutions = [s for s, _ in items]
@@ -81,6 +86,12 @@ def scoring(args) -> dict:
             )
             for name, backend in backends.items()
             for scoring in ("status_probs", "samples")
+        }
+        # which backends run which job (the prompt_logprobs worker differs in status_probs only)
+        runs_on = {
+            "wm_status_probs": list(backends),
+            "wm_samples": ["transformers", "vllm"],
+            "grpo_generation": ["transformers", "vllm"],
         }
         for wm in models.values():  # overviews outside the timed region
             for s in solutions:
@@ -97,12 +108,12 @@ def scoring(args) -> dict:
             "wm_samples": lambda name: models[(name, "samples")].predict(solutions),
             "grpo_generation": lambda name: backends[name].complete(prompts, sampling),
         }
-        walls: dict[str, dict[str, list[float]]] = {job: {n: [] for n in backends} for job in jobs}
+        walls: dict[str, dict[str, list[float]]] = {job: {n: [] for n in runs_on[job]} for job in jobs}
         grades: dict[str, list] = {}
         tokens: dict[str, int] = {}
         for r in range(args.rounds):
-            order = list(backends) if r % 2 == 0 else list(reversed(backends))
             for job, fn in jobs.items():
+                order = runs_on[job] if r % 2 == 0 else list(reversed(runs_on[job]))
                 for name in order:
                     out, wall = _timed(lambda fn=fn, name=name: fn(name))
                     walls[job][name].append(wall)
@@ -113,10 +124,12 @@ def scoring(args) -> dict:
                     print(f"round {r} {job} {name}: {wall:.2f} s", flush=True)
     finally:
         backends["vllm"].close()
+        backends["vllm_prompt_logprobs"].close()
 
-    pairs = zip(grades["transformers"], grades["vllm"], strict=True)
-    diffs = [abs(a - b) for a, b in pairs if a is not None and b is not None]
-    diffs = diffs or [float("nan")]
+    def largest_gap(other: str) -> float:
+        pairs = zip(grades["transformers"], grades[other], strict=True)
+        return max([abs(a - b) for a, b in pairs if a is not None and b is not None] or [float("nan")])
+
     result = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
@@ -128,7 +141,8 @@ def scoring(args) -> dict:
         "load_s": {"transformers": hf_load_s, "vllm_worker": vllm_load_s},
         "wall_s": walls,
         "generated_tokens_last_round": tokens,
-        "status_probs_max_abs_diff": max(diffs),
+        "status_probs_max_abs_diff": largest_gap("vllm"),
+        "status_probs_max_abs_diff_prompt_logprobs": largest_gap("vllm_prompt_logprobs"),
     }
     print("\n| job | transformers median (s) | vLLM median (s) | ratio (transformers / vLLM) |")
     print("|---|---|---|---|")
@@ -137,7 +151,18 @@ def scoring(args) -> dict:
         t, v = statistics.median(by["transformers"]), statistics.median(by["vllm"])
         result["ratio"][job] = t / v
         print(f"| {job} | {t:.2f} | {v:.2f} | {t / v:.2f}x |")
-    print(f"\nworld-model grades, largest |transformers - vLLM|: {max(diffs):.2e}")
+    old = statistics.median(walls["wm_status_probs"]["vllm_prompt_logprobs"])
+    result["ratio"]["wm_status_probs_prompt_logprobs"] = (
+        statistics.median(walls["wm_status_probs"]["transformers"]) / old
+    )
+    print(
+        f"| wm_status_probs, from prompt_logprobs (the previous path) | - | {old:.2f} | "
+        f"{result['ratio']['wm_status_probs_prompt_logprobs']:.2f}x |"
+    )
+    print(
+        f"\nworld-model grades, largest |transformers - vLLM|: {result['status_probs_max_abs_diff']:.2e} "
+        f"(prompt_logprobs: {result['status_probs_max_abs_diff_prompt_logprobs']:.2e})"
+    )
     return result
 
 

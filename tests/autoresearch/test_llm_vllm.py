@@ -2,7 +2,7 @@
 without importing vllm, and a missing vllm says what to do.
 
 The engine itself runs for real (vLLM's CPU build in ``.venv-vllm``) in
-``test_vllm_engine_real.py``: request mapping, sampled log-probs, seeds and ``prompt_logprobs``.
+``test_vllm_engine_real.py``: request mapping, sampled log-probs, seeds and candidate scoring.
 """
 
 from __future__ import annotations
@@ -101,3 +101,21 @@ def test_missing_vllm_says_what_to_do(monkeypatch):
         VLLMBackend("smollm2")
     with pytest.raises(ValueError, match="model spec or an existing llm"):
         VLLMBackend()
+
+
+def test_status_scoring_by_token_ids_is_asked_for_only_where_sampling_params_has_it(monkeypatch):
+    from wmrl.autoresearch.llm.vllm_backend import VLLMBackend
+
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    # a SamplingParams without logprob_token_ids: candidates are read from prompt_logprobs
+    assert not VLLMBackend(llm=FakeLLM(), sampling_params_cls=FakeSamplingParams).token_logprobs
+    with pytest.raises(ValueError, match="logprob_token_ids"):
+        VLLMBackend(llm=FakeLLM(), sampling_params_cls=FakeSamplingParams, token_logprobs=True)
+
+    class WithTokenIds(FakeSamplingParams):
+        __struct_fields__ = ("n", "logprob_token_ids")  # how vLLM's msgspec struct declares its fields
+
+    assert VLLMBackend(llm=FakeLLM(), sampling_params_cls=WithTokenIds).token_logprobs
+    assert not VLLMBackend(
+        llm=FakeLLM(), sampling_params_cls=WithTokenIds, token_logprobs=False
+    ).token_logprobs

