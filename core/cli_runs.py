@@ -31,7 +31,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from wmrl.core.config import ConfigError, load_config, to_dict
 from wmrl.core.errors import EXIT_INTERRUPTED, EXIT_USAGE, Interrupted, UserError
@@ -61,7 +61,7 @@ def load_object(path: str) -> Any:
 
 def _fail(prog: str, message: str) -> int:
     print(f"{prog}: error: {' '.join(str(message).split())}", file=sys.stderr)
-    return cast(int, EXIT_USAGE)
+    return EXIT_USAGE
 
 
 def _key_help(config: str) -> str:
@@ -205,10 +205,10 @@ def _train(
         lines = load_object(run_path)(config, run_dir, progress=not args.no_progress)
     except Interrupted as err:
         print(f"{prog}: {err}", file=sys.stderr)
-        return cast(int, EXIT_INTERRUPTED)
+        return EXIT_INTERRUPTED
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
-        return cast(int, EXIT_INTERRUPTED)
+        return EXIT_INTERRUPTED
     except USER_ERRORS as err:
         return _fail(prog, str(err))
     for line in lines or ():
@@ -297,13 +297,13 @@ def _eval(args: argparse.Namespace, prog: str, config_path: str, run_path: str, 
         report, lines = load_object(run_path)(config, out, resume=args.resume, progress=not args.no_progress)
     except Interrupted as err:
         print(f"{prog}: {err}", file=sys.stderr)
-        return cast(int, EXIT_INTERRUPTED)
+        return EXIT_INTERRUPTED
     except KeyboardInterrupt:
         print(
             f"{prog}: interrupted; what was evaluated is in {out} (continue with --out {out} --resume)",
             file=sys.stderr,
         )
-        return cast(int, EXIT_INTERRUPTED)
+        return EXIT_INTERRUPTED
     except USER_ERRORS as err:
         return _fail(prog, str(err))
     if args.json:

@@ -17,7 +17,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Any, TypeVar, Union, cast, get_args, get_origin, get_type_hints
+from typing import Any, TypeGuard, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
 T = TypeVar("T")
 
@@ -25,6 +25,7 @@ __all__ = [
     "ConfigError",
     "apply_overrides",
     "from_dict",
+    "is_dataclass_hint",
     "load_config",
     "parse_value",
     "read_config_file",
@@ -70,6 +71,11 @@ def to_dict(config: Any) -> dict[str, Any]:
     return cast("dict[str, Any]", convert(config))
 
 
+def is_dataclass_hint(tp: object) -> TypeGuard[type[Any]]:
+    """:func:`dataclasses.is_dataclass` on a type hint (a class, not an instance), typed as a class."""
+    return dataclasses.is_dataclass(tp)
+
+
 def _is_optional(tp: Any) -> tuple[bool, Any]:
     origin = get_origin(tp)
     if origin in (Union, types.UnionType):
@@ -95,7 +101,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:  # noqa: C901 (the complexi
     if tp is Any:
         return value
     origin = get_origin(tp)
-    if dataclasses.is_dataclass(tp):
+    if is_dataclass_hint(tp):
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a table of settings, got {type(value).__name__}")
         return _from_dict(tp, value, _where=where)
@@ -169,7 +175,7 @@ def dotted_keys(cls: type) -> list[str]:
     hints = get_type_hints(cls)
     for f in dataclasses.fields(cls):
         _, inner = _is_optional(hints[f.name])
-        if dataclasses.is_dataclass(inner):
+        if is_dataclass_hint(inner):
             out.extend(f"{f.name}.{k}" for k in dotted_keys(inner))
         else:
             out.append(f.name)

@@ -23,6 +23,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from wmrl.core.config import is_dataclass_hint
+
 __all__ = ["annotated_yaml", "field_docs", "key_listing", "yaml_scalar"]
 
 _ENTRY = re.compile(r"^(?P<names>[A-Za-z_][\w]*(?:\s*(?:,|/)\s*[A-Za-z_][\w]*)*)\s*:\s*(?P<text>.*)$")
@@ -140,6 +142,11 @@ def _default_of(parent_default: Any, name: str, klass: type | None = None) -> An
     """The default of field ``name``: from the parent's default instance, else the field's own default."""
     if parent_default is not dataclasses.MISSING:
         return getattr(parent_default, name)
+    return _field_default(klass, name)
+
+
+def _field_default(klass: type | None, name: str) -> Any:
+    """The default of ``klass``'s field ``name`` (its own or its factory's), else ``dataclasses.MISSING``."""
     if klass is None:
         return dataclasses.MISSING
     f = next((f for f in dataclasses.fields(klass) if f.name == name), None)
@@ -169,10 +176,11 @@ def annotated_yaml(config: Any, defaults: Any = None, header: str | None = None)
 
     def walk(obj: Any, default: Any, depth: int) -> None:
         indent = "  " * depth
-        docs = field_docs(type(obj))
+        klass: type = type(obj)
+        docs = field_docs(klass)
         for f in dataclasses.fields(obj):
             value = getattr(obj, f.name)
-            sub_default = _default_of(default, f.name, type(obj))
+            sub_default = _default_of(default, f.name, klass)
             if dataclasses.is_dataclass(value):
                 lines.extend(_comment(docs.get(f.name, ""), dataclasses.MISSING, None, indent))
                 lines.append(f"{indent}{f.name}:")
@@ -198,7 +206,7 @@ def key_listing(cls: type, width: int = 100) -> str:
             tp = hints[f.name]
             inner = [a for a in typing.get_args(tp) if a is not type(None)]
             klass_of = tp if dataclasses.is_dataclass(tp) else (inner[0] if len(inner) == 1 else None)
-            if klass_of is not None and dataclasses.is_dataclass(klass_of):
+            if klass_of is not None and is_dataclass_hint(klass_of):
                 walk(klass_of, f"{key}.", sub_default)
                 continue
             shown = "" if sub_default is dataclasses.MISSING else f" = {yaml_scalar(sub_default)}"

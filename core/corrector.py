@@ -391,10 +391,11 @@ class Corrector:
             )
         uncertainty = None
         if sched.active_share > 0:
+            assert wm is not None  # active_share > 0 without wm_scores was rejected above
             per_item = self.debiaser.uncertainty(wm)
-            known = ~np.isnan(wm)
+            scored = ~np.isnan(wm)
             uncertainty = np.where(
-                known.any(axis=1), (per_item * known).sum(axis=1) / np.maximum(known.sum(axis=1), 1), 0.0
+                scored.any(axis=1), (per_item * scored).sum(axis=1) / np.maximum(scored.sum(axis=1), 1), 0.0
             )
         step = self.step_count
         budget = self.scheduler.count(step, n, in_flight, self.fraction)
@@ -408,6 +409,9 @@ class Corrector:
             known = lookup.known if solutions is not None and self.memory is not None else None
             execute = np.repeat(mask[:, None], width, axis=1)
             if whole < budget or sched.rollout_share >= 1.0:
+                # Both need rollout_share > 0 (split() keeps the whole budget otherwise), which was
+                # rejected above without wm_scores.
+                assert wm is not None
                 # The same number of executions as the whole groups they replace; ranked by what is
                 # known (the memory's outcome) before the world model's calibrated score.
                 cal = self.debiaser.calibrate(wm, task_matrix(tasks, shape))
@@ -427,7 +431,7 @@ class Corrector:
                     per_group=per_group,
                     in_flight=in_flight_keys,
                 )
-            if known is not None:
+            if known is not None and solutions is not None:  # known is only set where solutions are
                 execute = first_unknown(execute, known, solutions)
             if in_flight_keys and solutions is not None:
                 running = np.vectorize(lambda k: k in in_flight_keys, otypes=[bool])(solutions)
@@ -563,10 +567,7 @@ class Corrector:
             known = ~np.isnan(rewards)
             is_real = (anchor[:, None] | real.used) & known
             calls = np.where(is_real | ~known, np.nan, 1.0)
-            return cast(
-                "npt.NDArray[Any]",
-                self.fusion.rollout_weights(WeightContext(anchor, contributes, is_real, known, calls)),
-            )
+            return self.fusion.rollout_weights(WeightContext(anchor, contributes, is_real, known, calls))
 
         rewards, advantages = late_advantages(
             applied_rewards,
@@ -805,7 +806,9 @@ class Corrector:
         """
         if not self.debiaser.calibrated:
             return np.ones_like(x)
-        span = float(np.ptp(self.debiaser.pooled.x_knots))
+        pooled = self.debiaser.pooled
+        assert pooled is not None  # calibrated: a pooled map is fitted
+        span = float(np.ptp(pooled.x_knots))
         if span <= 0:
             return np.zeros_like(x)
         h = 0.05 * span

@@ -112,6 +112,7 @@ class ExecutionNoise:
             if declared.kind == "deterministic":
                 var = np.zeros(calibrated.shape)
             elif declared.kind == "gaussian":
+                assert declared.variance is not None  # NoiseModel requires a variance for gaussian
                 var = np.full(calibrated.shape, float(declared.variance))
             else:
                 p = np.clip(calibrated, 0.0, 1.0)

@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -597,20 +597,20 @@ class Fusion(_RunningSums):
         """The multiplier ``mse`` applies to ``E`` (``None`` before warm-up and in other modes)."""
         from wmrl.core.fusion_compare import design_effect
 
-        return cast("float | None", design_effect(self))
+        return design_effect(self)
 
     @property
     def ratio(self) -> float:
         """``V_wm / V_a`` of ``mse`` / ``inverse_variance`` (1 in other modes and before warm-up)."""
         from wmrl.core.fusion_compare import variance_ratio
 
-        return cast(float, variance_ratio(self))
+        return variance_ratio(self)
 
     def paper_weight(self) -> float:
         """The ``paper`` heuristic's anchor weight (1 before warm-up)."""
         from wmrl.core.fusion_compare import paper_weight
 
-        return cast(float, paper_weight(self))
+        return paper_weight(self)
 
     @property
     def reward_disagreement(self) -> float | None:
@@ -681,7 +681,7 @@ class Fusion(_RunningSums):
     def rollout_weights(self, ctx: WeightContext) -> npt.NDArray[Any]:
         """``(n_groups, G)`` weights on the advantages, by the rule ``fusion.mode`` names
         (:mod:`wmrl.core.fusion_rules`); 0 where a rollout carries no gradient."""
-        return cast("npt.NDArray[Any]", fusion_rule(self.config.mode)(self, ctx))
+        return fusion_rule(self.config.mode)(self, ctx)
 
     def weights(
         self,
@@ -696,7 +696,7 @@ class Fusion(_RunningSums):
             raise ValueError("fusion.mode=gain weights single rollouts: use Fusion.rollout_weights")
         from wmrl.core.fusion_compare import group_weights
 
-        return cast("npt.NDArray[Any]", group_weights(self, is_anchor, contributes, executed_share))
+        return group_weights(self, is_anchor, contributes, executed_share)
 
     # -- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

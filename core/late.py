@@ -194,7 +194,7 @@ class LateGroups:
 
     step: int
     lag: int
-    groups: list[Any]
+    groups: Any
     advantages: Array
     rewards: Array
 
@@ -210,7 +210,7 @@ class InFlight:
     step: int
     due: int
     plan: Any
-    groups: list[Any]
+    groups: Any
     items: list[Any]
     cells: Array
     wm: Array

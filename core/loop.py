@@ -288,7 +288,7 @@ class LoopTrainer:
             }
         )
         if self.completions is not None:
-            self._write_completions(batch, result)
+            self._write_completions(self.completions, batch, result)
         self.step += 1
         t_ckpt = time.perf_counter()
         every = self.config.checkpoint.every
@@ -305,7 +305,7 @@ class LoopTrainer:
         every: int | None = self.config.checkpoint.every
         return (every is not None and (step + 1) % every == 0) or step + 1 == self.config.steps
 
-    def _write_completions(self, batch: list[Group], result: StepResult) -> None:
+    def _write_completions(self, table: CompletionsTable, batch: list[Group], result: StepResult) -> None:
         width = max(len(g.items) for g in batch)
         matrix = RewardPipeline._matrix  # flat scores -> (groups, G)
         anchor_rows = np.repeat(result.anchor, [len(g.items) for g in batch])
@@ -328,7 +328,7 @@ class LoopTrainer:
             statuses,
             extra,
         )
-        self.completions.write(rows)
+        table.write(rows)
         if self.config.logging.completions_to_print:
             print(format_sample(rows, self.config.logging.completions_to_print, list(extra)), file=sys.stderr)
 

@@ -168,13 +168,13 @@ class ExecutionMemory:
             self._entries.popitem(last=False)
             self.evicted_total += 1
         if added and self.store is not None:
-            self._append_store(dict.fromkeys(added))
+            self._append_store(self.store, dict.fromkeys(added))
         return len(added)
 
     # -- persistence ---------------------------------------------------------------------------
-    def _append_store(self, keys: Iterable[str]) -> None:
-        self.store.parent.mkdir(parents=True, exist_ok=True)
-        with self.store.open("a") as f:
+    def _append_store(self, store: Path, keys: Iterable[str]) -> None:
+        store.parent.mkdir(parents=True, exist_ok=True)
+        with store.open("a") as f:
             for key in keys:
                 entry = self._entries.get(key)
                 if entry is not None:  # evicted at once (max_keys smaller than one step): not stored

@@ -18,12 +18,16 @@ import dataclasses
 import warnings
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from wmrl.core.config import ConfigError
 
 if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
     from wmrl.core.corrector import CorrectorConfig
+
+_Config = TypeVar("_Config", bound="DataclassInstance")
 
 __all__ = ["MODE_PRESETS", "Mode", "apply_changes", "check_mode", "resolve_corrector", "resolve_memory"]
 
@@ -88,7 +92,7 @@ def _get(config: Any, dotted: str) -> Any:
     return config
 
 
-def apply_changes(config: Any, changes: Mapping[str, Any]) -> Any:
+def apply_changes(config: _Config, changes: Mapping[str, Any]) -> _Config:
     """``config`` (a nested frozen dataclass) with the dotted ``changes`` applied, validated anew."""
     nested: dict[str, Any] = {}
     for dotted, value in changes.items():

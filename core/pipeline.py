@@ -200,7 +200,7 @@ class StepResult:
 
     @property
     def metrics(self) -> dict[str, float | None]:
-        return cast("dict[str, float | None]", self.correction.metrics)
+        return self.correction.metrics
 
 
 #: ``(entry, its execution pass's Scores) -> (real, repeats)``, the entry's whole step as ``(n_groups, G)``.
@@ -351,7 +351,7 @@ class RewardPipeline:
         """The active scheduler and per-rollout anchors read world-model scores, so they plan after the
         world model scored."""
         sched = self.corrector.config.scheduler
-        return cast(bool, sched.active_share > 0 or sched.rollout_share > 0)
+        return sched.active_share > 0 or sched.rollout_share > 0
 
     def keys_of(self, items: Sequence[Any]) -> list[str | None] | None:
         """The solution key of each item (``None`` without a ``solution_key`` function)."""
@@ -417,6 +417,7 @@ class RewardPipeline:
         if rows.shape != (n,):
             raise ValueError(f"anchor_rows must have one entry per item ({n}); got shape {rows.shape}")
         out = Scores.empty(n)
+        assert out.real_repeat is not None  # Scores.empty fills every stream
         use_wm = world_model and self.world_model is not None
         use_real = anchor and self.anchor is not None
         # Solutions the execution memory knows are graded from it (by the corrector): no source is asked.
@@ -446,7 +447,7 @@ class RewardPipeline:
         def grade(source: RewardSource, picked: list[int], stream: str) -> list[Grade]:
             start = time.perf_counter()
             try:
-                return cast("list[Grade]", collect_grades(source, [items[i] for i in picked]))
+                return collect_grades(source, [items[i] for i in picked])
             finally:
                 elapsed = time.perf_counter() - start
                 self.ledger.add(stream, elapsed, items=len(picked))
@@ -456,13 +457,17 @@ class RewardPipeline:
         again_rows = [i for i in real_rows if repeats[i]]
 
         def execute() -> tuple[list[Grade], list[Grade]]:
+            assert self.anchor is not None  # real_rows are chosen only with use_real
             first = grade(self.anchor, real_rows, "anchor") if real_rows else []
             # the second execution of the same items, independently: what it differs by is execution noise
             second = grade(self.anchor, again_rows, "anchor") if again_rows else []
             return first, second
 
         with ThreadPoolExecutor(max_workers=2) as pool:
-            wm_future = pool.submit(grade, self.world_model, wm_rows, "world_model") if wm_rows else None
+            wm_future = None
+            if wm_rows:
+                assert self.world_model is not None  # wm_rows are chosen only with use_wm
+                wm_future = pool.submit(grade, self.world_model, wm_rows, "world_model")
             real_future = pool.submit(execute) if real_rows else None
             wm_grades = wm_future.result() if wm_future else []
             real_grades, repeat_grades = real_future.result() if real_future else ([], [])
@@ -726,15 +731,14 @@ class RewardPipeline:
     ) -> tuple[npt.NDArray[Any], npt.NDArray[Any], dict[str, float | None]]:
         """Hand the corrector (and a learning world model) one landed step's executions."""
 
-        def placed(flat: npt.NDArray[Any] | None) -> npt.NDArray[Any] | None:
-            if flat is None:
-                return None
+        def placed(flat: npt.NDArray[Any]) -> npt.NDArray[Any]:
             out = np.full(entry.cells.shape, np.nan)
             out[entry.cells] = flat
             return out
 
         if matrices is None:
-            real, repeats = placed(result.real), placed(result.real_repeat)
+            real = placed(result.real)
+            repeats = None if result.real_repeat is None else placed(result.real_repeat)
         else:
             real, repeats = matrices(entry, result)
         rewards, advantages, metrics = self.corrector.land(

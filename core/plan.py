@@ -180,7 +180,7 @@ class PlanStream:
         memory_on = self.solutions is not None and corrector.memory is not None
         self.known = self.lookup.known if memory_on else None
         self.execute = np.repeat(self.anchor[:, None], self.shape[1], axis=1)
-        if self.known is not None:
+        if self.known is not None and self.solutions is not None:  # known is only set where solutions are
             self.execute = first_unknown(self.execute, self.known, self.solutions)
         self.per_group = (
             corrector.fraction * self.shape[1] if corrector.config.scheduler.rollout_share >= 1.0 else None

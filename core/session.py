@@ -25,7 +25,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, cast
+from typing import Any, NoReturn
 
 from wmrl.core.errors import Interrupted
 from wmrl.core.rundir import RunDirectory, add_attempt_wall, earlier_wall_s
@@ -65,7 +65,7 @@ class RunSession:
 
     @property
     def path(self) -> Path:
-        return cast(Path, self.run_dir.path)
+        return self.run_dir.path
 
     def open(
         self, report_to: Sequence[str] = (), on_fresh_start: Callable[[], None] | None = None
@@ -146,7 +146,7 @@ class RunSession:
         report: Mapping[str, Any],
         *,
         steps: int,
-        plots: Callable[[], None] | None = None,
+        plots: Callable[[], object] | None = None,
         summary: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Write ``cost_report.json``, the plots and ``run_summary.json`` (main process), close the

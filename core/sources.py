@@ -85,7 +85,11 @@ class RewardSource(Protocol):
     """
 
     name: str
-    role: Role | str
+
+    @property
+    def role(self) -> Role | str:
+        """``world_model`` or ``anchor`` (read only: a source may declare it as a narrower type)."""
+        ...
 
     def score(self, items: Sequence[Any]) -> Sequence[float | None]: ...
 
@@ -131,7 +135,8 @@ class NoiseModel:
         if self.kind not in ("deterministic", "bernoulli", "gaussian"):
             raise ValueError(f"noise kind must be deterministic, bernoulli or gaussian; got {self.kind!r}")
         if self.kind == "gaussian":
-            if real_number(self.variance) is None or not self.variance >= 0:
+            variance = real_number(self.variance)
+            if variance is None or not variance >= 0:
                 raise ValueError(
                     f"a gaussian noise model needs a finite variance >= 0 (score units²); got {self.variance!r}"
                 )

@@ -114,7 +114,7 @@ class StepInputs:
     @property
     def anchor(self) -> npt.NDArray[Any]:
         """``(n_groups,)`` bool: the whole anchor groups."""
-        return cast("npt.NDArray[Any]", self.plan.anchor)
+        return self.plan.anchor
 
     @classmethod
     def check(

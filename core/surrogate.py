@@ -362,21 +362,25 @@ class FusedWorldModel:
                 source.name: column[i].value for source, column in zip(self.sources, columns, strict=True)
             }
             measured = [
-                (fit, residuals, column[i])
+                (fit, residuals, graded, column[i].variance)
                 for fit, residuals, column in zip(fits, self._residuals, columns, strict=True)
-                if fit is not None and column[i].value is not None
+                if fit is not None and (graded := column[i].value) is not None
             ]
             if not any(fit is not None for fit in fits):  # nothing measured yet: the primary, as it is
                 value, variance = primary.value, primary.variance
             elif not measured:
                 value, variance = None, None
             else:
-                total = sum(fit[2] for fit, _, _ in measured)
-                value = sum(fit[2] * r.calibrated(fit, g.value) for fit, r, g in measured) / total
+                total = sum(fit[2] for fit, _, _, _ in measured)
+                value = sum(fit[2] * r.calibrated(fit, raw) for fit, r, raw, _ in measured) / total
+                variances = [var for _, _, _, var in measured if var is not None]
                 variance = (
                     None
-                    if any(g.variance is None for _, _, g in measured)
-                    else sum((fit[2] * fit[0] / total) ** 2 * g.variance for fit, _, g in measured)
+                    if len(variances) < len(measured)
+                    else sum(
+                        (fit[2] * fit[0] / total) ** 2 * var
+                        for (fit, _, _, _), var in zip(measured, variances, strict=True)
+                    )
                 )
             info = {**primary.info, "scores": scores}
             out.append(Grade(value, primary.status, variance, info, primary.feedback))
@@ -398,7 +402,8 @@ class FusedWorldModel:
             f"world_model/weight/{source.name}": w
             for source, w in zip(self.sources, self.weights(), strict=True)
         }
-        for source in self.sources:
+        sources: list[Any] = self.sources  # duck-typed: ``learn`` and ``__len__`` are optional
+        for source in sources:
             if callable(getattr(source, "learn", None)) and hasattr(source, "__len__"):
                 out[f"world_model/learned/{source.name}"] = float(len(source))
         return out
@@ -421,12 +426,13 @@ class FusedWorldModel:
 
     def state_dict(self) -> dict[str, Any]:
         """Each source's calibration sums and, for a source that has one, its own state."""
+        sources: list[Any] = self.sources  # duck-typed: ``state_dict`` is optional
         return {
             "sources": [source.name for source in self.sources],
             "residuals": [r.state_dict() for r in self._residuals],
             "states": [
                 source.state_dict() if callable(getattr(source, "state_dict", None)) else None
-                for source in self.sources
+                for source in sources
             ],
         }
 
@@ -436,7 +442,8 @@ class FusedWorldModel:
             raise ValueError(f"the saved fusion combined {state['sources']}; this one combines {names}")
         for residuals, saved in zip(self._residuals, state["residuals"], strict=True):
             residuals.load_state_dict(saved)
-        for source, saved in zip(self.sources, state["states"], strict=True):
+        sources: list[Any] = self.sources  # duck-typed: a source saved a state only if it has one
+        for source, saved in zip(sources, state["states"], strict=True):
             if saved is not None:
                 source.load_state_dict(saved)
 

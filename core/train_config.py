@@ -207,7 +207,7 @@ class SupervisedConfigBase(_ResumeRules):
 
 def _corrector_default(cls: type) -> CorrectorConfig:
     """The ``corrector`` a config class starts from (its field's default)."""
-    f = next(f for f in dataclasses.fields(cls) if f.name == "corrector")
+    f: dataclasses.Field[CorrectorConfig] = next(f for f in dataclasses.fields(cls) if f.name == "corrector")
     return f.default_factory() if f.default is dataclasses.MISSING else f.default
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from wmrl.core.cli import CommandRoot
@@ -80,14 +80,14 @@ def register(root: CommandRoot) -> None:
 def _synthetic(args: argparse.Namespace) -> int:
     from wmrl.core.bench.synthetic import run_from_cli
 
-    return cast(int, run_from_cli(args))
+    return run_from_cli(args)
 
 
 def _overhead(args: argparse.Namespace) -> int:
     from wmrl.core.bench.overhead import run_from_cli
 
     try:
-        return cast(int, run_from_cli(args))
+        return run_from_cli(args)
     except KeyboardInterrupt:
         # Timings are not kept: a rerun measures them all again on the machine as it is then.
         print("\ninterrupted: no timings written (rerun to measure)", file=sys.stderr)

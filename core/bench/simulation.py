@@ -135,7 +135,7 @@ SURROGATE_ARMS = {"wmrl_surrogate", "wmrl_surrogate_reject"}
 _UNDECLARED = {"wmrl_undeclared", "wmrl_repeats"}
 
 ExecNoise = Literal["none", "gaussian", "flaky", "bernoulli"]
-EXEC_NOISE: tuple[str, ...] = ("none", "gaussian", "flaky", "bernoulli")
+EXEC_NOISE: tuple[ExecNoise, ...] = ("none", "gaussian", "flaky", "bernoulli")
 
 
 @dataclass(frozen=True)
@@ -436,6 +436,8 @@ def run_arm(
             plan = corrector.plan(keys, task_keys, wm, solution_keys=solutions, in_flight_keys=running)
         else:
             plan = corrector.plan(keys, task_keys, wm, solution_keys=solutions)
+        # a plan made from world-model scores carries both masks
+        assert plan.execute is not None and plan.repeat is not None
         real = np.where(plan.execute, real_all, np.nan)
         again = None
         if plan.repeat.any():

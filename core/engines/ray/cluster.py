@@ -228,21 +228,20 @@ class LocalCluster:
             )
         node = LocalNode(name, process, {"CPU": cpus, "GPU": gpus, **resources}, log)
         self.nodes.append(node)
-        self._wait_started(node)
+        self._wait_started(node, log)
         return node
 
-    def _wait_started(self, node: LocalNode, timeout_s: float = 120.0) -> None:
+    def _wait_started(self, node: LocalNode, log: Path, timeout_s: float = 120.0) -> None:
+        """Wait for ``node`` to come up (``log``: its output)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if not node.alive:
-                raise RuntimeError(
-                    f"ray node {node.name} exited while starting:\n{node.log.read_text()[-3000:]}"
-                )
-            if "will now block forever" in node.log.read_text(errors="replace"):
+                raise RuntimeError(f"ray node {node.name} exited while starting:\n{log.read_text()[-3000:]}")
+            if "will now block forever" in log.read_text(errors="replace"):
                 return
             time.sleep(0.2)
         raise TimeoutError(
-            f"ray node {node.name} did not start in {timeout_s:g} s:\n{node.log.read_text()[-3000:]}"
+            f"ray node {node.name} did not start in {timeout_s:g} s:\n{log.read_text()[-3000:]}"
         )
 
     def add_node(

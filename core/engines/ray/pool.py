@@ -352,6 +352,7 @@ class RayPool:
         from ray.exceptions import RayTaskError
 
         job, node = slot.job, slot.node
+        assert job is not None  # a slot's job and its ref are set and cleared together
         elapsed = time.monotonic() - slot.started
         slot.job, slot.ref = None, None
         self._busy_s += elapsed

@@ -107,7 +107,7 @@ class TurnContext:
             outcomes (labels, and the grades themselves) go.
     """
 
-    rows: list[Mapping[str, Any]]
+    rows: Sequence[Mapping[str, Any]]
     anchor: npt.NDArray[Any] | None
     pipeline: RewardPipeline
     item_fn: Callable[[str, Mapping[str, Any]], Any]

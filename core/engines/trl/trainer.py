@@ -307,6 +307,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
             peft_config=peft_config,
             rollout_func=_rollout_entry if multi_turn else None,
         )
+        assert self.args.generation_batch_size is not None  # GRPOConfig.__post_init__ sets it
         prompts_needed = self.args.generation_batch_size // self.num_generations
         if hasattr(train_dataset, "__len__") and len(train_dataset) < prompts_needed:
             # TRL's sampler drops an incomplete batch: too few prompts and training stops at step 0, silently.
@@ -732,6 +733,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
         self._write_completions(step, output)
         if self.pipeline.asynchrony.enabled:
             multiple = self.args.steps_per_generation
+            assert multiple is not None  # GRPOConfig.__post_init__ sets it
             output = append_rows(
                 output,
                 late or [],
@@ -850,6 +852,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
         all_prompts = [p for rank in gathered for p in rank[0]]
         all_texts = [t for rank in gathered for t in rank[1]]
         all_statuses = [s for rank in gathered for s in rank[2]]
+        assert step.columns is not None  # _calculate_rewards sets it, with the correction
         g = self.num_generations
         wm, _, real = (step.columns[:, k].reshape(-1, g) for k in range(3))
         rows = completion_rows(
@@ -963,7 +966,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
             else (wm.status if wm is not None else None)
             for is_anchor, wm, real in zip(anchor_rows, scores.wm_grades, scores.real_grades, strict=True)
         ]
-        return cast("npt.NDArray[Any]", scores.columns())
+        return scores.columns()
 
     def _submit(self, step: _Step, items: list[Any]) -> bool:
         """Asynchronous anchors: submit this batch's executions and do not wait (``False``: run them now,
@@ -1180,4 +1183,4 @@ def _rollout_entry(prompts: list[Any], trainer: WMRLGRPOTrainer) -> dict[str, An
     )
     if step is None or (step.plan is None and not planned_late) or len(step.inputs) != len(prompts):
         raise RuntimeError("the K-turn rollout runs inside WMRLGRPOTrainer's generation step only")
-    return cast("dict[str, Any]", multi_turn_rollout(trainer.turn_context(step), prompts))
+    return multi_turn_rollout(trainer.turn_context(step), prompts)

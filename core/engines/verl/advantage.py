@@ -102,7 +102,7 @@ def correct_rows(
             first.setdefault(int(g), str(tasks[i]))
         group_tasks = [first[g] for g in range(len(keys))]
 
-    def matrix(flat: Sequence[Any], dtype: Any = np.float64) -> npt.NDArray[Any]:
+    def matrix(flat: Sequence[Any] | npt.NDArray[Any], dtype: Any = np.float64) -> npt.NDArray[Any]:
         out = np.full((len(keys), width), np.nan if dtype is np.float64 else None, dtype=dtype)
         out[group_of, slot] = np.asarray(flat, dtype=dtype)
         return out
