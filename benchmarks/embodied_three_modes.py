@@ -31,6 +31,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+# Each arm: the overrides of ``wmrl train embodied`` that make it. ``wmrl`` is the mode on its default
+# corrector; ``wmrl_groups`` the group design that was the embodied default before it (whole anchor
+# groups at 10%, at least one a step, the mse fusion): the ``wmrl`` runs recorded before 2026-12-07
+# afternoon used it.
+ARMS: dict[str, tuple[str, ...]] = {
+    "real": ("mode=real",),
+    "world_model": ("mode=world_model",),
+    "wmrl": ("mode=wmrl",),
+    "wmrl_groups": ("mode=wmrl", "corrector_preset=wmrl_groups"),
+}
 MODES = ("real", "world_model", "wmrl")
 
 
@@ -103,12 +113,12 @@ def run(args: argparse.Namespace) -> None:
     _evaluate(args, args.policy, out / "eval-before")
     for seed in [int(s) for s in args.seeds.split(",")]:
         for mode in args.modes.split(","):
-            if mode not in MODES:
-                raise SystemExit(f"unknown mode {mode!r}; choose from {MODES}")
+            if mode not in ARMS:
+                raise SystemExit(f"unknown arm {mode!r}; choose from {tuple(ARMS)}")
             train_dir = out / f"train-{mode}-s{seed}"
             if not (train_dir / "cost_report.json").is_file():
                 overrides = [
-                    f"mode={mode}",
+                    *ARMS[mode],
                     f"seed={seed}",
                     f"steps={args.steps}",
                     f"group_size={args.group_size}",
@@ -158,7 +168,7 @@ def summarize(out: Path) -> dict[str, Any]:
             "episodes": len(before),
             "wilson95": wilson_interval(sum(before), len(before)),
         }
-    for mode in MODES:
+    for mode in ARMS:
         seeds = {}
         for train_dir in sorted(out.glob(f"train-{mode}-s*")):
             if not train_dir.is_dir():
@@ -181,6 +191,10 @@ def summarize(out: Path) -> dict[str, Any]:
                 "weight_world_model": [r.get("wmrl/weight_world_model") for r in metrics],
                 "calibrated": [r.get("wmrl/calibrated") for r in metrics],
                 "anchor_groups": [r.get("wmrl/anchor_groups") for r in metrics],
+                # per-rollout anchors, what the world model's gain measured, and whether a bound set the weights
+                "executions": [r.get("wmrl/executions") for r in metrics],
+                "wm_gain": [r.get("wmrl/wm_gain") for r in metrics],
+                "fusion_bound": [r.get("wmrl/fusion_bound") for r in metrics],
                 "spent": None
                 if cost is None
                 else {
@@ -188,6 +202,8 @@ def summarize(out: Path) -> dict[str, Any]:
                     for k, v in cost["spent"].items()
                 },
             }
+        if not seeds:
+            continue
         done = [s for s in seeds.values() if s["after_successes"] is not None]
         pooled = (sum(s["after_successes"] for s in done), sum(s["after_episodes"] for s in done))
         rows["modes"][mode] = {
@@ -250,7 +266,7 @@ def main() -> None:
     r.add_argument("--task", type=int, default=5)
     r.add_argument("--train-states", default="0-15", help="in-domain states trained on, e.g. 0-15 or 0,3,5")
     r.add_argument("--eval-states", default="40-49", help="held-out states evaluated on")
-    r.add_argument("--modes", default=",".join(MODES))
+    r.add_argument("--modes", default=",".join(MODES), help=f"arms, from {tuple(ARMS)}")
     r.add_argument("--seeds", default="0,1,2")
     r.add_argument("--steps", type=int, default=3)
     r.add_argument("--group-size", type=int, default=4)

@@ -279,11 +279,14 @@ def _lora() -> LoraConfig:
     return LoraConfig(r=16, alpha=32, target_modules=_LORA_TARGETS)
 
 
-def _group_corrector() -> CorrectorConfig:
-    # Whole anchor groups (the design before issue 32): an episode has no solution key (its actions
-    # are continuous), so the execution memory has nothing to keep, and the per-rollout default was
-    # measured on keyed problems only; LIBERO keeps the group design until it is measured there.
-    return CorrectorConfig.preset("wmrl_groups")
+def _default_corrector() -> CorrectorConfig:
+    # The core's default (issue 32): per-rollout anchors (half of each group, its top-ranked episodes by
+    # the world model), isotonic calibration, every rollout weighted 1. An episode has no solution key
+    # (its actions are continuous), so the execution memory stays empty; the design still ranks and
+    # calibrates. The group design it replaced (``corrector_preset=wmrl_groups``) pinned its mse fusion
+    # at ``max_ratio`` in every recorded LIBERO run, and trailed this design on the simulation where
+    # nothing recurs (docs/benchmarks/embodied.md, "The default on LIBERO").
+    return CorrectorConfig()
 
 
 def _checkpoint() -> CheckpointConfig:
@@ -309,8 +312,9 @@ class EmbodiedTrainConfig(TrainConfigBase):
         env: the simulator.
         ppo: the policy update.
         world_model: the Robometer source (``tiny``, ``local`` = a checkpoint folder, ``http`` = its server).
-        corrector: the correction; whole anchor groups by default (``wmrl_groups``: episodes have no
-            solution key, so the execution memory and per-rollout anchors are not the default here).
+        corrector: the correction; the core's default (per-rollout anchors on half of each group,
+            calibration, weights of 1; episodes have no solution key, so its execution memory stays
+            empty). ``corrector_preset=wmrl_groups`` is the group design it replaced.
         world_model_in_real: also run Robometer in ``real`` mode (diagnostics only; it then costs its
             compute for nothing the update uses).
         torch_threads: torch intra-op threads (``null``: torch's default). On a small, shared CPU one
@@ -324,7 +328,7 @@ class EmbodiedTrainConfig(TrainConfigBase):
     groups_per_step: int = 10
     lora: LoraConfig = field(default_factory=_lora)
     checkpoint: CheckpointConfig = field(default_factory=_checkpoint)
-    corrector: CorrectorConfig = field(default_factory=_group_corrector)
+    corrector: CorrectorConfig = field(default_factory=_default_corrector)
     policy: PolicySpec = field(default_factory=PolicySpec)
     env: EnvSpec = field(default_factory=EnvSpec)
     ppo: PPOConfig = field(default_factory=PPOConfig)
@@ -394,14 +398,9 @@ PRESETS: dict[str, dict[str, Any]] = {
             "timesteps_per_episode": 8,
         },
         "world_model": {"backend": "tiny"},
-        # One group per step: with the default floor of one anchor group per step every group would be
-        # graded by the simulator (and a random policy never succeeds, so every advantage would be 0).
-        # Half the steps anchored instead, so both streams, the calibration and the update all run.
-        "corrector": {
-            "scheduler": {"fraction": 0.5, "floor": 0},
-            "debias": {"min_pairs": 2},
-            "fusion": {"min_groups": 1},
-        },
+        # One group of 2 per step: the default executes its top-ranked episode and grades the other with
+        # the world model, so both streams run; the calibration starts from its second pair (step 2).
+        "corrector": {"debias": {"min_pairs": 2}},
         "checkpoint": {"every": 1, "keep": 2},
         "logging": {"report_to": []},
         "torch_threads": 1,

@@ -55,7 +55,7 @@ def test_smoke_run_writes_the_run_directory(smoke_run):
     assert load_train_config(smoke_run / "config.json") == config
     rows = [json.loads(line) for line in (smoke_run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(config.steps))
-    # the memory's metrics are written when the memory is on (the embodied default, wmrl_groups, has it off)
+    # the memory's metrics are written when the memory is on
     memory_keys = {k for k in METRICS if k.startswith("memory/")}
     expected = set(METRICS) if config.corrector.memory.enabled else set(METRICS) - memory_keys
     for row in rows:

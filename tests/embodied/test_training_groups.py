@@ -9,6 +9,7 @@ import pytest
 
 from wmrl.core.config import ConfigError
 from wmrl.core.corrector import CorrectorConfig
+from wmrl.core.modes import apply_changes
 from wmrl.embodied.env.splits import IN_DOMAIN_STATES, states_for_split
 from wmrl.embodied.training import choose_groups, episode_specs, load_train_config
 from wmrl.embodied.training.groups import GroupSpec, group_records
@@ -76,7 +77,10 @@ def test_modes_only_pick_the_corrector_preset():
     base = load_train_config(None, ["corrector.debias.min_pairs=7"])
     for mode, preset in (("real", "real"), ("world_model", "world_model"), ("wmrl", "wmrl")):
         cfg = load_train_config(None, ["corrector.debias.min_pairs=7", f"mode={mode}"])
-        assert cfg.corrector == CorrectorConfig.preset(preset, base.corrector)
+        # the mode's preset over the domain's default corrector (the core's) with the override
+        assert cfg.corrector == CorrectorConfig.preset(
+            preset, apply_changes(CorrectorConfig(), {"debias.min_pairs": 7})
+        )
         # nothing but the corrector depends on the mode
         assert {k: v for k, v in cfg.to_dict().items() if k not in ("mode", "corrector")} == {
             k: v for k, v in base.to_dict().items() if k not in ("mode", "corrector")

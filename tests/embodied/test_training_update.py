@@ -291,10 +291,12 @@ def test_the_mode_decides_which_source_grades_the_groups(tmp_path, mode):
     elif mode == "world_model":  # raw Robometer on every group, no anchors
         assert not anchor.any() and spent["anchor"] == 0 and spent["world_model"] == len(records)
         assert m["reward/world_model_mean"] == pytest.approx(m["reward/corrected_mean"])
-    else:  # anchors graded by the flag, the rest by Robometer
-        assert anchor.any() and not anchor.all()
-        assert np.array_equal(result.correction.rewards[anchor], success[anchor])
-        assert spent["anchor"] == anchor.sum() * config.group_size and spent["world_model"] == len(records)
+    else:  # executed episodes (a whole anchor group, then single rollouts) graded by the flag, the rest by Robometer
+        executed = result.correction.executed
+        assert anchor.any() and not anchor.all() and executed[anchor].all()
+        assert executed[~anchor].any() and not executed[~anchor].all()  # the default's per-rollout anchors
+        assert np.array_equal(result.correction.rewards[executed], success[executed])
+        assert spent["anchor"] == executed.sum() and spent["world_model"] == len(records)
     assert m["rollout/success_rate"] == pytest.approx(success.mean())
     assert m["ppo/samples"] > 0 or np.all(np.nan_to_num(result.correction.advantages) == 0)
 
