@@ -58,7 +58,7 @@ def _stream(correction: Any, g: int, i: int) -> str:
 def completion_rows(
     step: int,
     group_keys: Sequence[str],
-    task_keys: Sequence[str] | None,
+    task_keys: Sequence[str | None] | None,
     correction: Any,
     wm: npt.NDArray[Any],
     real: npt.NDArray[Any],
@@ -85,7 +85,8 @@ def completion_rows(
                 "step": int(step),
                 "group": str(group_keys[g]),
                 "rollout": i,
-                "task": None if task_keys is None else str(task_keys[g]),
+                # a group without a task is null, also in a batch where other groups have one
+                "task": None if task_keys is None or task_keys[g] is None else str(task_keys[g]),
                 "stream": _stream(correction, g, i),
                 "wm": _value(wm[g, i]),
                 "wm_calibrated": _value(calibrated[g, i]),

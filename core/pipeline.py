@@ -87,6 +87,9 @@ LEDGER_FILE = "wmrl_ledger.json"
 WORLD_MODEL_FILE = "wmrl_world_model.json"
 
 
+_NO_REPEATS = np.full(0, np.nan)  # the default of Scores.real_repeat: no repeats given
+
+
 @dataclass
 class Scores:
     """What one scoring pass produced for a flat list of rollouts (``n`` = rollouts).
@@ -95,7 +98,8 @@ class Scores:
         wm: ``(n,)`` world-model scores, NaN = unknown or not scored.
         wm_variance: ``(n,)`` per-call noise variance the world model reported (NaN: none).
         real: ``(n,)`` real-execution scores, NaN = unknown or not executed.
-        real_repeat: ``(n,)`` scores of second executions (``Plan.repeat``), NaN where not repeated.
+        real_repeat: ``(n,)`` scores of second executions (``Plan.repeat``), NaN where not repeated
+            (left out: all NaN).
         wm_grades / real_grades: per rollout the source's :class:`~wmrl.core.sources.Grade`
             (``None``: that stream did not grade it); Exact rollouts get a Grade built from them.
         statuses: per anchor rollout its outcome label (``"unknown"`` for a source without one).
@@ -109,7 +113,14 @@ class Scores:
     real_grades: list[Grade | None]
     statuses: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
-    real_repeat: npt.NDArray[Any] | None = None
+    # ``_NO_REPEATS`` (the default) becomes ``(n,)`` NaN in ``__post_init__``: every stream is an array
+    real_repeat: npt.NDArray[Any] = field(default_factory=lambda: _NO_REPEATS)
+
+    def __post_init__(self) -> None:
+        if self.real_repeat is _NO_REPEATS:
+            self.real_repeat = np.full(len(self.wm), np.nan)
+        if len(self.real_repeat) != len(self.wm):
+            raise ValueError(f"real_repeat has {len(self.real_repeat)} scores for {len(self.wm)} rollouts")
 
     @classmethod
     def empty(cls, n: int) -> Scores:
@@ -136,9 +147,7 @@ class Scores:
             [g for p in parts for g in p.real_grades],
             [s for p in parts for s in p.statuses],
             seconds,
-            np.concatenate(
-                [p.real_repeat if p.real_repeat is not None else np.full(len(p.wm), np.nan) for p in parts]
-            ),
+            np.concatenate([p.real_repeat for p in parts]),
         )
 
     def take_real(self, other: Scores) -> None:
@@ -417,7 +426,6 @@ class RewardPipeline:
         if rows.shape != (n,):
             raise ValueError(f"anchor_rows must have one entry per item ({n}); got shape {rows.shape}")
         out = Scores.empty(n)
-        assert out.real_repeat is not None  # Scores.empty fills every stream
         use_wm = world_model and self.world_model is not None
         use_real = anchor and self.anchor is not None
         # Solutions the execution memory knows are graded from it (by the corrector): no source is asked.
@@ -738,7 +746,7 @@ class RewardPipeline:
 
         if matrices is None:
             real = placed(result.real)
-            repeats = None if result.real_repeat is None else placed(result.real_repeat)
+            repeats = placed(result.real_repeat)
         else:
             real, repeats = matrices(entry, result)
         rewards, advantages, metrics = self.corrector.land(

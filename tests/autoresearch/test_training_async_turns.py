@@ -192,3 +192,24 @@ def test_a_shadow_rollouts_trajectories_execute_in_one_batch_and_aggregate_their
     assert np.isnan(out.real_repeat).all() and out.statuses == ["graded"] * 4 and len(out.real_grades) == 4
     with pytest.raises(ValueError, match="one episode and one item per turn"):
         execute_trajectories(pipeline, [["a", "b"]], [Best()] * 3, np.ones(3, dtype=bool))
+
+
+@pytest.mark.parametrize("turns", [0, -1, 1.5, True])
+def test_a_turn_context_without_a_turn_is_refused(turns):
+    from wmrl.core.engines.trl.multiturn import TurnContext
+
+    with pytest.raises(ValueError, match="turns must be an integer >= 1"):
+        TurnContext(
+            rows=[],
+            anchor=None,
+            pipeline=None,
+            item_fn=lambda text, row: text,
+            episodes=None,
+            turns=turns,
+            tokenizer=None,
+            template_kwargs={},
+            generate=lambda contexts, cap: [],
+            max_new_tokens=8,
+            stop_token_ids=set(),
+            seconds=lambda spent: None,
+        )

@@ -265,6 +265,9 @@ def test_rejects_normalize_then_sum_and_bad_modes(tmp_path):
         make_trainer(
             tmp_path, "wmrl", args=grpo_args(tmp_path, multi_objective_aggregation="normalize_then_sum")
         )
+    # TRL accepts None, which its loss normalisation and every reply cap would then divide or cap by
+    with pytest.raises(ValueError, match="max_completion_length must be an integer"):
+        make_trainer(tmp_path, "wmrl", args=grpo_args(tmp_path, max_completion_length=None))
     with pytest.raises(ValueError, match="executes every group"):
         check_mode("real", Corrector(CorrectorConfig()))
     with pytest.raises(ValueError, match="world_model"):

@@ -138,6 +138,11 @@ class TurnContext:
     #: the rows' episodes after the rollout (``shadow`` mode), for the real trajectory rewards
     kept: list[TurnEpisode] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        # a rollout with no turn would leave every row ungraded (and ``anchor`` unset)
+        if not isinstance(self.turns, int) or isinstance(self.turns, bool) or self.turns < 1:
+            raise ValueError(f"turns must be an integer >= 1; got {self.turns!r}")
+
 
 def feedback_suffix(
     tokenizer: Any, message: str, reply_ended: bool, template_kwargs: dict[str, Any] | None = None

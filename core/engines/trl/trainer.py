@@ -266,6 +266,11 @@ class WMRLGRPOTrainer(GRPOTrainer):
                 "evaluation inside GRPO training is not supported by WMRLGRPOTrainer (the corrector would "
                 "treat eval batches as training steps); set eval_strategy='no' and evaluate checkpoints"
             )
+        max_len = getattr(args, "max_completion_length", 512)
+        if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
+            # TRL's GRPOConfig accepts None, but its loss normalisation divides by it, and vLLM generation
+            # and K-turn turns cap every reply at it
+            raise ValueError(f"max_completion_length must be an integer >= 1; got {max_len!r}")
         train_dataset_columns = getattr(train_dataset, "column_names", None)
         if train_dataset_columns is not None and prompt_id_column not in train_dataset_columns:
             raise ValueError(
