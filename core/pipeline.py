@@ -744,6 +744,7 @@ class RewardPipeline:
             out[entry.cells] = flat
             return out
 
+        repeats: npt.NDArray[Any] | None  # a Matrices callable may have no repeats (the corrector takes None)
         if matrices is None:
             real = placed(result.real)
             repeats = placed(result.real_repeat)

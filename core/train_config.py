@@ -27,9 +27,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from wmrl.core.config import ConfigError, require, to_dict
 from wmrl.core.config import require_int as _int_at_least
@@ -208,7 +208,10 @@ class SupervisedConfigBase(_ResumeRules):
 def _corrector_default(cls: type) -> CorrectorConfig:
     """The ``corrector`` a config class starts from (its field's default)."""
     f: dataclasses.Field[CorrectorConfig] = next(f for f in dataclasses.fields(cls) if f.name == "corrector")
-    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+    # without a default the field has a default_factory (every config class gives corrector one)
+    if f.default is dataclasses.MISSING:
+        return cast(Callable[[], CorrectorConfig], f.default_factory)()
+    return f.default
 
 
 @dataclass(frozen=True)

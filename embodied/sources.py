@@ -249,7 +249,11 @@ def make_robometer_source(config: RobometerSourceConfig) -> RobometerSource:
     else:
         from wmrl.embodied.worldmodel.robometer import Robometer
 
-        options = {"device": config.device, "dtype": config.dtype, "batch_size": config.batch_size}
+        options: dict[str, Any] = {
+            "device": config.device,
+            "dtype": config.dtype,
+            "batch_size": config.batch_size,
+        }
         if config.backend == "tiny":
             backend = Robometer.tiny(**options)
         else:

@@ -134,7 +134,9 @@ def parse_action(text: str) -> Action:
         candidates = [b for b in blocks if b.closed == closed and b.tag == tag]
         if candidates:
             best = max(candidates, key=lambda b: (len(_clean(b.body)), b.start))
-            before = _OPEN.match(lines[best.start]).group(1)  # text before the ticks on the fence line
+            opener = _OPEN.match(lines[best.start])
+            assert opener is not None  # _blocks starts a block only on a line _OPEN matches
+            before = opener.group(1)  # text before the ticks on the fence line
             plan = "\n".join([*lines[: best.start], before]).strip()
             return Action(kind="code", code=_clean(best.body), plan=plan, fence=kind)
     reason = "no code block: the reply must contain one complete Python script in a ```python fenced block"

@@ -132,7 +132,8 @@ def evaluation_section(description: str) -> tuple[int, int] | None:
     and ends at the next heading of the same or a higher level.
     """
     offset = 0
-    start = level = None
+    start: int | None = None
+    level = 0  # the section heading's level, set with start
     for line in description.splitlines(keepends=True):
         head = _heading(line.rstrip("\n"))
         if start is None:
@@ -180,7 +181,7 @@ def _description_text(description: str, budget: int, cfg: OverviewConfig, tokens
 # --------------------------------------------------------------------------- inventory
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -131,7 +131,7 @@ class BenchSettings:
             object.__setattr__(self, "eval_overview_tokens", trained.tasks.overview_tokens)
 
         require(
-            self.modes and set(self.modes) <= set(MODES),
+            bool(self.modes) and set(self.modes) <= set(MODES),
             f"modes must be among {list(MODES)}; got {self.modes}",
         )
         require(len(set(self.modes)) == len(self.modes), f"modes repeat: {self.modes}")
@@ -567,6 +567,8 @@ def run_bench(  # noqa: C901 (the complexity ratchet: split it when it is next c
         if dest.is_file():
             return
         t0 = time.perf_counter()
+        # BenchSettings.__post_init__ fills both from the training config (which resolves its budget)
+        assert settings.eval_max_new_tokens is not None and settings.eval_overview_tokens is not None
         report = evaluate_policy(
             model,
             tasks=settings.eval_tasks,

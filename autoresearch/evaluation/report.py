@@ -35,7 +35,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 __all__ = [
     "MEDALS",
@@ -155,6 +155,8 @@ def task_report(
         thresholds_known = bool(valid) and all(g.medal is not None for g in valid)
     else:
         thresholds_known = has_medals
+    # RolloutGrade.__post_init__: a valid grade has a position
+    valid_positions = [cast(float, g.position) for g in valid]
     medal = sum(1 for g in valid if g.medal in ("gold", "silver", "bronze"))
     above = sum(1 for g in valid if g.medal not in (None, "none"))
     return TaskReport(
@@ -163,8 +165,8 @@ def task_report(
         samples=len(grades),
         graded=n,
         valid_rate=len(valid) / n if n else None,
-        avg_position=math.fsum(g.position for g in valid) / n if n else None,
-        mean_valid_position=math.fsum(g.position for g in valid) / len(valid) if valid else None,
+        avg_position=math.fsum(valid_positions) / n if n else None,
+        mean_valid_position=math.fsum(valid_positions) / len(valid) if valid else None,
         mean_reward=math.fsum(rewards) / len(rewards) if rewards else None,
         medal_rate=medal / n if n and thresholds_known else None,
         above_median_rate=above / n if n and thresholds_known else None,

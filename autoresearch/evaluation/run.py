@@ -20,9 +20,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from wmrl.autoresearch.evaluation.report import EvalReport, RolloutGrade, aggregate, task_report
 from wmrl.autoresearch.training.policy_action import trained_action_of
@@ -198,12 +198,13 @@ def _trajectory_grade(turns: list[tuple[str, float | None, float | None, str | N
         return RolloutGrade("harness_error", None, None, None, len(turns))
     valid = [t for t in turns if t[0] == "valid"]
     if valid:
-        best = max(valid, key=lambda t: t[1])
+        # a valid turn has its grade's position (GradeResult of a valid submission)
+        best = max(valid, key=lambda t: cast(float, t[1]))
         medals = [t[3] for t in valid if t[3] is not None]
         medal = min(medals, key=_MEDAL_RANK.__getitem__) if len(medals) == len(valid) else None
         return RolloutGrade("valid", best[1], reward, medal, len(turns))
     known = [t for t in turns if t[2] is not None]
-    status = max(known, key=lambda t: t[2])[0] if known else turns[-1][0]
+    status = max(known, key=lambda t: cast(float, t[2]))[0] if known else turns[-1][0]  # known: a reward
     return RolloutGrade(status, None, reward, None, len(turns))
 
 
@@ -211,7 +212,8 @@ def _feedback_text(feedback: Any) -> dict[str, Any] | str | None:
     """A turn's feedback as JSON: the execution feedback's fields (:class:`ExecutionFeedback`)."""
     if feedback is None or isinstance(feedback, str):
         return feedback
-    return dataclasses.asdict(feedback) if dataclasses.is_dataclass(feedback) else str(feedback)
+    # a feedback object is an instance (is_dataclass also accepts a class)
+    return dataclasses.asdict(cast(Any, feedback)) if dataclasses.is_dataclass(feedback) else str(feedback)
 
 
 def evaluate_policy(  # noqa: C901 (the complexity ratchet: split it when it is next changed)
@@ -305,7 +307,8 @@ def evaluate_policy(  # noqa: C901 (the complexity ratchet: split it when it is 
     if not in_sample:
         check_disjoint(ids, train_ids, source)
     section = SandboxSection(
-        backend=backend,
+        # a backend name; make_sandbox (build_grader) refuses an unknown one
+        backend=cast(Literal["bwrap", "docker", "subprocess", "auto"], backend),
         time_limit_s=time_limit_s,
         memory_limit_mb=memory_limit_mb,
         workers=workers,
@@ -349,7 +352,7 @@ def evaluate_policy(  # noqa: C901 (the complexity ratchet: split it when it is 
     reports = []
     for seed in seeds:
         # trajectories: (task index, episode, per-turn (status, position, reward, medal))
-        trajectories = [
+        trajectories: list[tuple[int, Any, list[tuple[str, float | None, float | None, str | None]]]] = [
             (i, make_episode(row["prompt"], row), []) for i, row in enumerate(rows) for _ in range(samples)
         ]
         for turn in range(turns):
@@ -372,6 +375,8 @@ def evaluate_policy(  # noqa: C901 (the complexity ratchet: split it when it is 
             run = [k for k, item in enumerate(items) if not isinstance(item, Exact)]
             graded = dict(zip(run, anchor.grade([items[k] for k in run]), strict=True))
             for k, ((i, episode, turns_of), item) in enumerate(zip(live, items, strict=True)):
+                status: str | None
+                info: Mapping[str, Any]
                 if isinstance(item, Exact):
                     reward, feedback, status, info = item.value, item.feedback, item.status, {}
                 else:

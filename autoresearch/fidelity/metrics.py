@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -41,6 +41,12 @@ __all__ = [
 STATUS_ALIASES = {"killed": "timeout"}
 
 
+@overload
+def compare_status(status: str) -> str: ...
+@overload
+def compare_status(status: None) -> None: ...
+@overload
+def compare_status(status: str | None) -> str | None: ...
 def compare_status(status: str | None) -> str | None:
     return None if status is None else STATUS_ALIASES.get(status, status)
 

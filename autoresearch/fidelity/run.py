@@ -16,7 +16,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from wmrl.autoresearch.fidelity.metrics import (
     score_metrics,
@@ -172,6 +172,8 @@ def run_fidelity(
 
     ``progress``: a bar per stream (sandbox executions, world-model predictions).
     """
+    # The ignore on load_corpus: mypy takes .corpus for the corpus/ data folder (a namespace package
+    # beside corpus.py), as the type check's shadow root has no wmrl/__init__.py; Python imports corpus.py.
     from wmrl.autoresearch.agent.environment import SandboxEnvironment
     from wmrl.autoresearch.agent.overview import OverviewConfig, from_task
     from wmrl.autoresearch.evaluation.run import load_policy
@@ -229,7 +231,7 @@ def run_fidelity(
     wm = WorldModel(
         TransformersBackend(loaded.model, loaded.tokenizer, model_id=loaded.model_id),
         WorldModelConfig(
-            scoring=scoring,
+            scoring=cast(Literal["status_probs", "samples"], scoring),  # WorldModelConfig checks the name
             samples=samples,
             seed=seed,
             overview_tokens=overview_tokens,

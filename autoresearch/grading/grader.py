@@ -220,7 +220,7 @@ class ExecutionGrader:
 
     def _grade(self, task: Task, code: str) -> tuple[GradeResult, Any]:
         task = self._task_limits(task)
-        base = {
+        base: dict[str, Any] = {
             "task_id": task.id,
             "time_limit_s": task.time_limit_s,
             "memory_limit_mb": task.memory_limit_mb,
@@ -345,7 +345,7 @@ class ExecutionGrader:
     def grade_submission(self, task: Task, submission: str | Path | None) -> GradeResult:
         """Grade a submission file that already exists (no execution); status is ``valid``,
         ``no_submission``, ``invalid_submission`` or ``harness_error``."""
-        base = {"task_id": task.id, "time_limit_s": None, "memory_limit_mb": None}
+        base: dict[str, Any] = {"task_id": task.id, "time_limit_s": None, "memory_limit_mb": None}
         try:
             answers = self._answers_for(task)
             scored = score_submission(submission, task, answers)

@@ -85,6 +85,8 @@ def _grade_fn_measure(task: Task, path, aligned: AlignedSubmission) -> Callable[
     # a copy: the task's function may change the frame it is given
     answers = _typed_answers(str(task.answers_path), stat.st_mtime_ns, stat.st_size).copy()
     base_dir = task.metadata.get("competition_dir") or task.public_dir
+    grade_fn = task.grade_fn  # Task is frozen
+    assert grade_fn is not None  # called only for a task with a grade_fn (score_submission)
 
     def measure(rows: np.ndarray) -> float:
         sub, ans = submission, answers
@@ -93,7 +95,7 @@ def _grade_fn_measure(task: Task, path, aligned: AlignedSubmission) -> Callable[
             ids = _row_ids(submission.astype(str), task.id_columns)
             sub = submission[[i in keep for i in ids]].reset_index(drop=True)
             ans = answers[rows].reset_index(drop=True)
-        return call_grade_fn(task.grade_fn, sub, ans, base_dir=base_dir)
+        return call_grade_fn(grade_fn, sub, ans, base_dir=base_dir)
 
     return measure
 

@@ -113,7 +113,7 @@ class EndpointPool(BackendBase):
 
     def _one(self, messages, sampling: SamplingConfig, prefix: str | None) -> list[Completion]:
         tried: set[int] = set()
-        errors = []
+        errors: list[str] = []
         while True:
             i = self._pick(tried)
             if i is None:

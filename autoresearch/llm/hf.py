@@ -207,6 +207,7 @@ class TransformersBackend(BackendBase):
             while shared < limit and previous[shared] == ids[shared]:
                 shared += 1
         if shared >= self.MIN_SHARED_PREFIX:
+            assert self._last_prompt is not None  # shared (>= 32 > 0) grows only from a kept previous prompt
             previous, stored = self._last_prompt
             cache = copy.deepcopy(stored)
             if len(previous) > shared:

@@ -288,6 +288,7 @@ def load_model(
     path = resolve_model_path(spec)
     tokenizer = _prepare_tokenizer(AutoTokenizer.from_pretrained(path, local_files_only=True))
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True)
-    model.to(device)
+    # transformers wraps PreTrainedModel.to with functools.wraps, whose stub loses the bound signature
+    model.to(device)  # type: ignore[arg-type]
     model.eval()
     return LoadedModel(model=model, tokenizer=tokenizer, model_id=_model_id(spec, path), path=path)

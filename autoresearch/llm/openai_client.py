@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from wmrl.autoresearch.llm.backend import (
     BackendBase,
@@ -165,8 +165,11 @@ class OpenAIChatBackend(BackendBase):
         )
 
 
+_Conv = TypeVar("_Conv", bound=Conversation)
+
+
 def complete_concurrently(
-    one: Callable[[Conversation], list[Completion]], conversations: list[Conversation], concurrency: int
+    one: Callable[[_Conv], list[Completion]], conversations: Sequence[_Conv], concurrency: int
 ) -> list[list[Completion]]:
     """``one`` on every conversation, ``concurrency`` requests at a time, results in prompt order.
 

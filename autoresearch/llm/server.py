@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, cast
 
 from wmrl.autoresearch.llm.backend import BackendError, GenerationBackend, SamplingConfig
 
@@ -134,7 +134,7 @@ class OpenAICompatServer:
 
     @property
     def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
+        host, port = cast(tuple[str, int], self._httpd.server_address)[:2]  # an AF_INET server
         return f"http://{host}:{port}/v1"
 
     def start(self) -> OpenAICompatServer:

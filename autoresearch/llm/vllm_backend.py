@@ -93,6 +93,7 @@ class VLLMBackend(BackendBase):
             if llm is None:
                 from wmrl.autoresearch.llm.models import resolve_model_path
 
+                assert model is not None  # without llm a model is required (checked above)
                 llm = vllm.LLM(model=str(resolve_model_path(model)), **engine_kwargs)
         self.llm = llm
         self.sampling_params_cls = sampling_params_cls

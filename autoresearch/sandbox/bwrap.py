@@ -420,6 +420,8 @@ class BwrapSandbox(LocalSandbox):
                 a += ["--ro-bind", d, d]
         for f in _ETC_FILES:
             a += ["--ro-bind-try", f, f]
+        # callers: _probe checks it; _spawn_spec runs under run(), which needs one (self.problem)
+        assert self.solution_env is not None
         a += ["--ro-bind", str(self.solution_env.path), INSIDE_PATH]
         for r in self._extra:
             a += ["--ro-bind", str(r), str(r)]
@@ -457,6 +459,7 @@ class BwrapSandbox(LocalSandbox):
         gpu_args, gpu_warnings = self._gpu_args(limits)
         if gpu_warnings:
             raise RuntimeError("; ".join(gpu_warnings))
+        assert self.solution_env is not None  # run() reaches _run only with one (self.problem)
         python = self.solution_env.inside_python
         cfg = {
             "python": python,

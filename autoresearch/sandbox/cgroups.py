@@ -97,7 +97,7 @@ class CgroupSupport:
 
 def _mounts() -> list[tuple[str, str, str, set[str]]]:
     """(root, mountpoint, fstype, super options) for each cgroup mount."""
-    out = []
+    out: list[tuple[str, str, str, set[str]]] = []
     try:
         lines = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:
@@ -115,7 +115,7 @@ def _mounts() -> list[tuple[str, str, str, set[str]]]:
 
 def _own_groups() -> dict[str, str]:
     """controller -> path of our current group ('' key for the v2 unified hierarchy)."""
-    out = {}
+    out: dict[str, str] = {}
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:

@@ -178,6 +178,8 @@ class DockerSandbox(Sandbox):
         return [*self._system, *(f for f in _ETC_FILES if os.path.exists(f))]
 
     def _volumes(self, stage: Path, data_dir: Path) -> dict:
+        # run() never reaches _run without a solution environment (self.problem says why not)
+        assert self.solution_env is not None
         vols = {
             str(data_dir): {"bind": INSIDE_DATA, "mode": "ro"},
             str(stage / "solution.py"): {"bind": f"{INSIDE_CODE}/solution.py", "mode": "ro"},
@@ -212,6 +214,7 @@ class DockerSandbox(Sandbox):
         """Keyword arguments of ``client.containers.create`` for one execution (pure; tested)."""
         from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
 
+        assert self.solution_env is not None  # as in _volumes
         python = self.solution_env.inside_python
         cfg = {
             "python": python,
@@ -444,6 +447,7 @@ class DockerSandbox(Sandbox):
                 dest.write_bytes(b"")
             submission = dest
         resources = measured_resources(out)
+        assert out.stdout is not None and out.stderr is not None  # built with both tails above
         return ExecutionResult(
             status=c.status,
             exit_code=c.exit_code,

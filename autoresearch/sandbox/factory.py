@@ -26,7 +26,7 @@ def backend_problems() -> dict[str, str | None]:
     return {"bwrap": bwrap_problem(), "docker": docker_problem(), "subprocess": None}
 
 
-def _accepted(cls: type, options: dict) -> dict:
+def _accepted(cls: type[Sandbox], options: dict) -> dict:
     params = inspect.signature(cls.__init__).parameters
     return {k: v for k, v in options.items() if k in params}
 

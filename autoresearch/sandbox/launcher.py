@@ -326,7 +326,7 @@ def run(cfg: dict) -> int:  # noqa: C901 (the complexity ratchet: split it when 
         os.set_inheritable(fd, False)
     os.set_blocking(wake_w, False)
     os.set_blocking(wake_r, False)
-    started = {}
+    started: dict[str, bool | str] = {}
     if cfg.get("private_ipc"):
         problem = _private_ipc()
         started["private_ipc"] = problem is None

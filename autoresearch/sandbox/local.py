@@ -193,6 +193,8 @@ class SubprocessSandbox(LocalSandbox):
         else:
             cuda = ",".join(str(i) for i in limits.gpu)
         marker = f"{MARKER_VAR}={execution_id}"
+        # run() never reaches _run without a solution environment (self.problem says why not)
+        assert self.solution_env is not None
         python = str(self.solution_env.python)
         env = sandbox_env(
             limits,

@@ -246,6 +246,7 @@ class SandboxPool:
                     _, (_, dropped) = self._memory.popitem(last=False)
                     self._memory_bytes -= len(dropped or b"")
             return
+        assert self._disk is not None  # _caching: memory or disk
         final = self._disk / key[:2] / key
         if final.exists():
             return
@@ -279,6 +280,7 @@ class SandboxPool:
                 self._memory[key] = (record, None)
                 self._memory_bytes -= len(sub or b"")
             return True
+        assert self._disk is not None  # _caching: memory or disk
         folder = self._disk / key[:2] / key
         try:
             record = json.loads((folder / "result.json").read_text())
@@ -300,6 +302,7 @@ class SandboxPool:
             self._memory.move_to_end(key)
             record, sub = entry
         else:
+            assert self._disk is not None  # called only while _caching: memory or disk
             folder = self._disk / key[:2] / key
             try:
                 record = json.loads((folder / "result.json").read_text())

@@ -87,9 +87,9 @@ def descendants(root: int, table: dict[int, ProcInfo] | None = None) -> list[Pro
         if pid in seen:
             continue
         seen.add(pid)
-        info = table.get(pid)
-        if info is not None and info.state != "Z":
-            out.append(info)
+        node = table.get(pid)
+        if node is not None and node.state != "Z":
+            out.append(node)
         stack.extend(children.get(pid, ()))
     return out
 

@@ -23,6 +23,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from . import procscan
 
@@ -119,7 +120,9 @@ def remove_tree(path: str | os.PathLike, *, dir_fd: int | None = None) -> str | 
         return None
     except OSError as exc:
         return f"{path}: {exc.strerror or exc}"
-    where = {"cwd": f"/proc/self/fd/{dir_fd}", "pass_fds": (dir_fd,)} if dir_fd is not None else {}
+    where: dict[str, Any] = (
+        {"cwd": f"/proc/self/fd/{dir_fd}", "pass_fds": (dir_fd,)} if dir_fd is not None else {}
+    )
     steps = [["rm", "-rf", "--one-file-system", "--", path]]
     if os.geteuid() != 0 and not stat.S_ISLNK(st.st_mode):
         steps.insert(0, ["chmod", "-R", "u+rwX", "--", path])

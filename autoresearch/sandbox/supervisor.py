@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
 from . import procscan
 from .cgroups import CgroupStats, ExecutionCgroup
@@ -43,6 +44,9 @@ from .launcher import (
     KIND_SUBMISSION,
 )
 from .limits import Limits
+
+if TYPE_CHECKING:
+    import resource
 
 __all__ = ["Classification", "RawOutcome", "SpawnSpec", "Tail", "classify", "supervise"]
 
@@ -112,7 +116,7 @@ class RawOutcome:
 
     spawn_error: str | None = None
     wait_status: int | None = None
-    host_rusage: object | None = None
+    host_rusage: resource.struct_rusage | None = None
     wall_s: float = 0.0
     started: dict | None = None
     exit_info: dict | None = None
@@ -136,7 +140,7 @@ class _FrameReader:
         self.buf = bytearray()
         self.dest = submission_dest
         self.cap = submission_cap
-        self._file = None
+        self._file: IO[bytes] | None = None
 
     def feed(self, data: bytes) -> None:
         self.buf += data
@@ -151,6 +155,8 @@ class _FrameReader:
             self._frame(kind, payload)
 
     def _frame(self, kind: bytes, payload: bytes) -> None:
+        # supervise() and the Docker backend build every RawOutcome they read frames into with both tails
+        assert self.out.stdout is not None and self.out.stderr is not None
         if kind == KIND_STDOUT:
             self.out.stdout.add(payload)
         elif kind == KIND_STDERR:
@@ -200,6 +206,7 @@ def relay_chunk(
         out.protocol_error = f"bad launcher frame: {exc}"
         kill("protocol", out.protocol_error)
         return
+    assert out.stdout is not None and out.stderr is not None  # as in _FrameReader._frame
     if out.stdout.total + out.stderr.total > limits.output_bytes:
         kill(
             "output",
@@ -268,6 +275,7 @@ def supervise(  # noqa: C901 (the complexity ratchet: split it when it is next c
             cgroup.kill_all(timeout_s=2.0)
 
     sel = selectors.DefaultSelector()
+    assert proc.stdout is not None and proc.stderr is not None  # both are PIPEs (Popen above)
     fd_out, fd_err = proc.stdout.fileno(), proc.stderr.fileno()
     sel.register(fd_out, selectors.EVENT_READ)
     sel.register(fd_err, selectors.EVENT_READ)

@@ -75,7 +75,7 @@ class SuiteSpec:
     kind: str
     category: str
     modality: str
-    load: Callable[[], object]
+    load: Callable[[], Any]  # a pandas DataFrame
     provenance: dict
     text: tuple[str, ...] = ()
     rows: int | None = None

@@ -164,7 +164,8 @@ def load_dsbench(  # noqa: C901 (the complexity ratchet: split it when it is nex
     baseline = _read_number(_find(root, f"save_performance/baseline/{name}/result.txt"))
     if oracle is None or baseline is None or oracle == baseline:
         oracle = baseline = None
-    lower = spec.lower_is_better if oracle is None else bool(oracle < baseline)
+    # oracle and baseline are both numbers or both None
+    lower = spec.lower_is_better if oracle is None or baseline is None else bool(oracle < baseline)
 
     boards: dict[str, list[float]] = {"public": [], "private": []}
     if mledojo_root is not None:
@@ -192,8 +193,8 @@ def load_dsbench(  # noqa: C901 (the complexity ratchet: split it when it is nex
         target_columns=targets,
         metric=spec.name,
         lower_is_better=lower,
-        public_leaderboard=boards["public"],
-        private_leaderboard=boards["private"],
+        public_leaderboard=tuple(boards["public"]),
+        private_leaderboard=tuple(boards["private"]),
         category=guess_category(spec.name, len(targets), labels),
         modality=guess_modality(public, public / "train.csv"),
         time_limit_s=time_limit_s,

@@ -86,7 +86,7 @@ def read_scores(path: Path, column: str | None = None, rank_column: str | None =
             continue
         if not math.isfinite(value):
             continue
-        order = n
+        order: float = n
         if rank_idx is not None:
             try:
                 order = float(row[rank_idx])

@@ -21,6 +21,7 @@ final, private one); it becomes the task's ``private_leaderboard``.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from wmrl.autoresearch.tasks.inspect import (
@@ -161,7 +162,7 @@ def load_mlebench(
         lower_is_better=lower_is_better,
         grade_fn=grade_fn,
         public_leaderboard=(),
-        private_leaderboard=leaderboard,
+        private_leaderboard=tuple(leaderboard),
         category=guess_category(metric_name, len(header) - 1, labels),
         modality=guess_modality(public_dir, train if train.is_file() else None),
         time_limit_s=time_limit_s,
@@ -205,7 +206,7 @@ def _own_grade_fn(task_id: str, comp: Path, spec: str) -> str:
     )
 
 
-def _direction_from_leaderboard(task_id: str, scores: tuple[float, ...]) -> bool:
+def _direction_from_leaderboard(task_id: str, scores: Sequence[float]) -> bool:
     """MLE-bench's ``is_lower_better``: the leaderboard is best first, so lower is better iff its first
     score is below its last."""
     if len(scores) < 2 or scores[0] == scores[-1]:

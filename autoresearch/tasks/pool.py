@@ -180,7 +180,8 @@ def _preprocessor(problem: Problem, baseline: Baseline, sparse_ok: bool):
     from sklearn.preprocessing import FunctionTransformer, OneHotEncoder, StandardScaler
 
     numeric, categorical, text = _columns(problem, baseline)
-    parts = []
+    # (name, transformer, columns): a TfidfVectorizer takes one column name (a 1-d input), the others a list
+    parts: list[tuple[str, Any, str | list[str]]] = []
     if numeric:
         parts.append(("num", make_pipeline(SimpleImputer(strategy="median"), StandardScaler()), numeric))
     if categorical:

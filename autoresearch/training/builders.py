@@ -139,10 +139,10 @@ def world_model_backend(settings, spec: str, dtype: str, device: str):
     loaded = load_model(spec, dtype=dtype, device=device)
     for parameter in loaded.model.parameters():
         parameter.requires_grad_(False)
-    backend = TransformersBackend(
+    in_process = TransformersBackend(
         loaded.model, loaded.tokenizer, model_id=loaded.model_id, batch_size=settings.batch_size
     )
-    return backend, loaded.tokenizer
+    return in_process, loaded.tokenizer
 
 
 def pool_metrics(anchor):
@@ -227,6 +227,7 @@ def vllm_http(config: TrainConfig, out: Path):
         return None
     from wmrl.core.engines.trl import VLLMHTTPConfig
 
+    assert g.vllm_server_base_url is not None  # GRPOSection refuses vllm_mode=http without it
     return VLLMHTTPConfig(g.vllm_server_base_url, weights_dir=str(out / "vllm-weights"), seed=config.seed)
 
 

@@ -6,9 +6,13 @@ sandbox, and what the agent may import. The SFT stage (:mod:`.sft`) and the GRPO
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from wmrl.autoresearch.training.config import TrainConfig
 from wmrl.core.errors import UserError
+
+if TYPE_CHECKING:
+    from wmrl.autoresearch.training.sft import WarmStartConfig
 
 __all__ = ["AGENT_LIBRARIES", "SandboxUnavailable", "build_grader", "peft_config", "resolve_device"]
 
@@ -21,9 +25,9 @@ class SandboxUnavailable(UserError, RuntimeError):
     """The configured sandbox backend cannot run here; the message says which backend would."""
 
 
-def resolve_device(config: TrainConfig) -> str:
+def resolve_device(config: TrainConfig | WarmStartConfig) -> str:
     """The device of this process's models: under a multi-process launch each rank uses its own GPU."""
-    device = config.model.device
+    device: str = config.model.device
     if device == "auto":
         import torch
 
@@ -82,7 +86,7 @@ def build_grader(section):
     )
 
 
-def peft_config(config: TrainConfig, model=None):
+def peft_config(config: TrainConfig | WarmStartConfig, model=None):
     """PEFT's LoRA config of ``config.lora`` (``None`` without LoRA); ``model`` gives the decoder's
     layer count that ``lora.last_layers`` counts from."""
     if not config.lora.enabled:

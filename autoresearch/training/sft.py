@@ -395,7 +395,7 @@ def run_sft(  # noqa: C901 (the complexity ratchet: split it when it is next cha
         checkpoint = str(run_dir.checkpoint) if run_dir.checkpoint is not None else None
         trainer.train(resume_from_checkpoint=checkpoint)
         final = out / "final"
-        model = trainer.model
+        model: Any = trainer.model  # the trained model (a peft model with LoRA)
         if config.lora.enabled:
             model = model.merge_and_unload()  # a plain model: every loader takes it
         model.save_pretrained(final)

@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Literal
 
 __all__ = ["WARM_SPEC", "WARM_SPECS", "ensure_warm_start", "resolve_spec", "warm_start_dir"]
 
@@ -29,7 +30,7 @@ from wmrl.autoresearch.training.warm_specs import WARM_SPEC, WARM_SPECS
 from wmrl.core.log import progress as progress_line
 
 
-def _action(spec: str) -> str:
+def _action(spec: str) -> Literal["script", "model"]:
     if spec not in WARM_SPECS:
         raise ValueError(f"no embedded warm start {spec!r}; there are {sorted(WARM_SPECS)}")
     return WARM_SPECS[spec]

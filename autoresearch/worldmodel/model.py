@@ -385,14 +385,14 @@ class WorldModel:
             keys = list(pending)
             firsts = [pending[k][0] for k in keys]
             entries = self._ask([unpacked[i] for i in firsts])
-            for key, entry in zip(keys, entries, strict=True):
-                if isinstance(entry, str):  # no prediction for this script: unknown, not cached
-                    reason = entry if entry.startswith("cannot build") else f"backend error: {entry}"
+            for key, asked in zip(keys, entries, strict=True):
+                if isinstance(asked, str):  # no prediction for this script: unknown, not cached
+                    reason = asked if asked.startswith("cannot build") else f"backend error: {asked}"
                     outcome = self._unknown(reason, source="model")
                 else:
                     if self.cache is not None:
-                        self.cache.put(key, entry)
-                    outcome = self._from_entry(entry, source="model")
+                        self.cache.put(key, asked)
+                    outcome = self._from_entry(asked, source="model")
                 for i in pending[key]:
                     outcomes[i] = outcome
         self.stats.unknown += sum(1 for o in outcomes if o is not None and o.grade.value is None)
@@ -462,7 +462,9 @@ class WorldModel:
         candidates: list[str | list[str]] = [s + '"' for s in WM_STATUSES]
         candidates += [[_POSITION_STEM, f" {p:.1f},"] for p in _POSITION_GRID]
         try:
-            scores = list(self.backend.score_continuations(prompt, ASSISTANT_PREFIX, candidates))
+            # __init__ refuses status_probs scoring without score_continuations (not in GenerationBackend)
+            scorer: Any = self.backend
+            scores = list(scorer.score_continuations(prompt, ASSISTANT_PREFIX, candidates))
         except Exception as err:  # the item is unknown, with the reason
             self.stats.backend_errors += 1
             return f"{type(err).__name__}: {err}"

@@ -101,8 +101,10 @@ class Prediction:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Prediction:
+        # what to_dict wrote (the prediction cache's file)
+        fields: dict[str, Any] = {k: data.get(k) for k in ("status", "error_type", "error_line", "position")}
         return cls(
-            **{k: data.get(k) for k in ("status", "error_type", "error_line", "position")},
+            **fields,
             output=data.get("output") or "",
             repaired=bool(data.get("repaired", False)),
         )

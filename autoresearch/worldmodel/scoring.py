@@ -112,7 +112,11 @@ def expected_reward_from_probs(
         raise ValueError(f"status probabilities must be finite, >= 0 and not all 0; got {dict(status_probs)}")
     if not 0 <= expected_position <= 1:
         raise ValueError(f"expected_position must be in [0, 1]; got {expected_position}")
-    rewards = {s: ladder.reward(s, expected_position if s == "valid" else None) for s in WM_STATUSES}
+    rewards: dict[str, float] = {}
+    for s in WM_STATUSES:
+        reward = ladder.reward(s, expected_position if s == "valid" else None)
+        assert reward is not None  # only harness_error has no reward, and it is not a WM status
+        rewards[s] = reward
     mean = math.fsum(status_probs[s] / total * rewards[s] for s in WM_STATUSES)
     second = math.fsum(status_probs[s] / total * rewards[s] ** 2 for s in WM_STATUSES)
     return mean, max(second - mean**2, 0.0)

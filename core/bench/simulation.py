@@ -417,7 +417,7 @@ def run_arm(
         if with_keys:
             solutions = _solution_keys(cfg, variant_rng, step, tasks, picks)
         # What the execution memory knows is graded from it: the world model is not asked.
-        known = corrector.known(solutions, wm.shape).known
+        known = corrector.known(solutions, cast(tuple[int, int], wm.shape)).known  # (len(tasks), G)
         wm = np.where(known, np.nan, wm)
         items = None
         if fused is not None:  # the surrogate and the world model, fused by their measured errors

@@ -283,14 +283,15 @@ def write_lerobot_dataset(  # noqa: C901 (the complexity ratchet: split it when 
         cameras or {c: LIBERO_CAMERA_KEYS.get(c, f"observation.images.{c}") for c in demos[0].frames}
     )
     with_state = state_key is not None and all("state" in d.extra for d in demos)
+    state_col = state_key if with_state else None  # the state column, when it is written
     task_list = list(dict.fromkeys(d.instruction for d in demos))
     task_index = {t: i for i, t in enumerate(task_list)}
 
     columns: dict[str, list] = {
         k: [] for k in ("action", "timestamp", "frame_index", "episode_index", "index", "task_index")
     }
-    if with_state:
-        columns[state_key] = []
+    if state_col is not None:
+        columns[state_col] = []
     episodes: list[dict[str, Any]] = []
     writers = {}
     offset, global_index = 0, 0
@@ -316,8 +317,8 @@ def write_lerobot_dataset(  # noqa: C901 (the complexity ratchet: split it when 
             columns["episode_index"].extend([e] * n)
             columns["index"].extend(range(global_index, global_index + n))
             columns["task_index"].extend([task_index[demo.instruction]] * n)
-            if with_state:
-                columns[state_key].extend(np.asarray(demo.extra["state"], dtype=np.float32).tolist())
+            if state_col is not None:
+                columns[state_col].extend(np.asarray(demo.extra["state"], dtype=np.float32).tolist())
             ep: dict[str, Any] = {
                 "episode_index": e,
                 "tasks": [demo.instruction],
@@ -353,8 +354,8 @@ def write_lerobot_dataset(  # noqa: C901 (the complexity ratchet: split it when 
         pa.field("index", pa.int64()),
         pa.field("task_index", pa.int64()),
     ]
-    if with_state:
-        schema_fields.insert(1, pa.field(state_key, pa.list_(pa.float32())))
+    if state_col is not None:
+        schema_fields.insert(1, pa.field(state_col, pa.list_(pa.float32())))
     schema = pa.schema(schema_fields)
     pq.write_table(pa.table({f.name: columns[f.name] for f in schema}, schema=schema), data_path)
 
@@ -366,11 +367,11 @@ def write_lerobot_dataset(  # noqa: C901 (the complexity ratchet: split it when 
             "names": ["x", "y", "z", "roll", "pitch", "yaw", "gripper"],
         },
     }
-    if with_state:
-        features[state_key] = {"dtype": "float32", "shape": [8], "names": None}
+    if state_col is not None:
+        features[state_col] = {"dtype": "float32", "shape": [8], "names": None}
     stats: dict[str, Any] = {"action": _stats(actions)}
-    if with_state:
-        stats[state_key] = _stats(np.asarray(columns[state_key]))
+    if state_col is not None:
+        stats[state_col] = _stats(np.asarray(columns[state_col]))
     for camera, key in cameras.items():
         h, w = demos[0].frames[camera].shape[1:3]
         features[key] = {
@@ -400,8 +401,8 @@ def write_lerobot_dataset(  # noqa: C901 (the complexity ratchet: split it when 
         per = {"action": _stats(actions[lo:hi])}
         for name in ("timestamp", "frame_index", "episode_index", "index", "task_index"):
             per[name] = _stats(np.asarray(columns[name][lo:hi], dtype=np.float64)[:, None])
-        if with_state:
-            per[state_key] = _stats(np.asarray(columns[state_key][lo:hi]))
+        if state_col is not None:
+            per[state_col] = _stats(np.asarray(columns[state_col][lo:hi]))
         for camera, key in cameras.items():
             per[key] = _image_stats(demo.frames[camera])
         for feat, values in per.items():

@@ -18,12 +18,15 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from wmrl.embodied.env.images import check_orientation
 from wmrl.embodied.env.suites import DEFAULT_SUITE, SUITE_NUM_TASKS, check_suite
+
+if TYPE_CHECKING:
+    from wmrl.embodied.demos.types import Demo
 
 __all__ = ["FORMATS", "RecordConfig", "record_demonstrations"]
 
@@ -167,7 +170,8 @@ def record_demonstrations(
             scene_state=bool(contract.get("scene_state", False)),
         )
     )  # fmt: skip
-    episodes, kept = [], {t: [] for t in config.tasks}
+    episodes: list[dict[str, Any]] = []
+    kept: dict[int, list[Demo]] = {t: [] for t in config.tasks}
     start = time.perf_counter()
     try:
         for task_id in config.tasks:
@@ -181,7 +185,8 @@ def record_demonstrations(
                 )
                 demo = record_demo(
                     env,
-                    lambda obs, _t, act=act: act(obs),
+                    # record_demo's controller (obs, t) -> action; cast: mypy infers no lambda against a union
+                    cast(Callable[[dict, int], np.ndarray], lambda obs, _t, act=act: act(obs)),
                     init_state=state,
                     task_id=task_id,
                 )

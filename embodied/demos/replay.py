@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -143,7 +144,12 @@ def record_demo(
     actions, states = [], []
     success = bool(info["success"])
     for t in range(limit):
-        action = sequence[t] if sequence is not None else np.asarray(act(obs, t), dtype=np.float32)
+        # no sequence: act is the callable (callable(act) above)
+        action = (
+            sequence[t]
+            if sequence is not None
+            else np.asarray(cast(Callable[[dict, int], np.ndarray], act)(obs, t), dtype=np.float32)
+        )
         states.append(env.sim_state())
         for c in cameras:
             frames[c].append(obs[f"{c}_image"])

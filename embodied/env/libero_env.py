@@ -78,7 +78,9 @@ class LiberoEnv(gym.Env):
         **overrides: field overrides applied to ``config`` (``LiberoEnv(task_id=3, cameras=())``).
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": _CONTROL_FREQ}
+    # gymnasium annotates Env.metadata as an instance variable, though it is read from the class
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": _CONTROL_FREQ}  # type: ignore[misc]
+    observation_space: spaces.Dict  # _make_observation_space; gymnasium declares Space
 
     def __init__(
         self, config: LiberoEnvConfig | None = None, render_mode: str | None = None, **overrides: Any
@@ -93,7 +95,7 @@ class LiberoEnv(gym.Env):
         self.config = config
         self.render_mode = render_mode
         self._task: TaskInfo = get_task(config.suite, config.task_id)
-        self._sim = None  # libero ControlEnv, built at the first reset
+        self._sim: Any = None  # libero ControlEnv, built at the first reset
         self._sim_task_id: int | None = None
         self._init_state: int | None = None
         self._seed: int | None = None

@@ -166,7 +166,7 @@ def _redirect_assets(package_dir: Path, assets_dir: Path) -> None:
         value = getattr(module, "absolute_path", None)
         if value is not None and Path(value).resolve() in (original_root, new_root):
             # Object classes build "<absolute_path>/assets/<kind>/<name>.xml".
-            module.absolute_path = new_root
+            setattr(module, "absolute_path", new_root)  # noqa: B010 (a module's attribute mypy cannot see)
     # BDDLBaseDomain builds scene paths as DIR_PATH/../assets/<scene>.xml.
     base_domain.DIR_PATH = str(new_root / "envs")
 

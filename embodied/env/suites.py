@@ -124,7 +124,8 @@ def _numpy_safe_globals() -> list:
     import numpy.core.multiarray as multiarray
 
     allowed: list = [
-        (multiarray._reconstruct, "numpy.core.multiarray._reconstruct"),
+        # numpy's stubs do not declare this private pickle helper
+        (multiarray._reconstruct, "numpy.core.multiarray._reconstruct"),  # type: ignore[attr-defined]
         np.ndarray,
         np.dtype,
     ]

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from wmrl.embodied.env.config import DEFAULT_CAMERAS, LiberoEnvConfig, parse_cameras
 from wmrl.embodied.env.images import check_orientation
@@ -134,17 +134,22 @@ class LiberoEvalConfig:
             raise ValueError("videos need at least one camera (cameras is empty)")
         self.env_config()  # validates max_steps, settle_steps, image_size, cameras
 
+    # __post_init__ parses a string of tasks, states, seeds or cameras into a tuple
     @property
     def task_ids(self) -> tuple[int, ...]:
-        return self.tasks if self.tasks is not None else tuple(range(SUITE_NUM_TASKS[self.suite]))
+        return (
+            cast(tuple[int, ...], self.tasks)
+            if self.tasks is not None
+            else tuple(range(SUITE_NUM_TASKS[self.suite]))
+        )
 
     @property
     def state_ids(self) -> tuple[int, ...]:
-        return self.states if self.states is not None else states_for_split(self.split)
+        return cast(tuple[int, ...], self.states) if self.states is not None else states_for_split(self.split)
 
     @property
     def seed_list(self) -> tuple[int, ...]:
-        return self.seeds if self.seeds is not None else (self.seed,)
+        return cast(tuple[int, ...], self.seeds) if self.seeds is not None else (self.seed,)
 
     def observation(self, contract: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Orientation and render size of the frames, from this config or the policy's checkpoint.
@@ -196,7 +201,7 @@ class LiberoEvalConfig:
         return LiberoEnvConfig(
             suite=self.suite,
             task_id=self.task_ids[0],
-            cameras=self.cameras,
+            cameras=cast(tuple[str, ...], self.cameras),  # parsed in __post_init__
             image_height=obs["render_size"],
             image_width=obs["render_size"],
             orientation=obs["orientation"],
@@ -240,7 +245,7 @@ def _check_indices(name: str, values: tuple, size: int) -> None:
 
 def make_specs(config: LiberoEvalConfig) -> list[tuple[int, EpisodeSpec]]:
     """``(base seed, episode)`` pairs: seed-major, then task, initial state, rollout; videos chosen in the first seed."""
-    plan = []
+    plan: list[tuple[int, EpisodeSpec]] = []
     for n, base in enumerate(config.seed_list):
         specs = [
             EpisodeSpec(task, state, episode_seed(base, task, state, r), r)
@@ -384,7 +389,8 @@ def run_libero_eval(
     out_dir = Path(config.out_dir) if config.out_dir else None
     if resume and out_dir is None:
         raise ValueError("resuming an evaluation needs out_dir")
-    done, elapsed = _read_done(out_dir, config) if resume else ([], 0.0)
+    # resume without out_dir was refused above
+    done, elapsed = _read_done(out_dir, config) if resume and out_dir is not None else ([], 0.0)
     if not resume and out_dir is not None and (out_dir / EPISODES_FILE).exists():
         raise FileExistsError(
             f"{out_dir} already holds an evaluation; continue it with --resume or choose another --out"

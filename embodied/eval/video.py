@@ -46,5 +46,6 @@ def write_video(path: str | Path, frames: np.ndarray, fps: float = 20.0) -> Path
     # macro_block_size=2: H.264 with yuv420p needs even sides; imageio pads odd sizes by one pixel.
     with imageio.get_writer(path, fps=fps, codec="libx264", quality=7, macro_block_size=2) as writer:
         for frame in frames:
-            writer.append_data(frame)
+            # imageio's stubs type get_writer's result as its base class, which lacks the Writer's method
+            writer.append_data(frame)  # type: ignore[attr-defined]
     return path

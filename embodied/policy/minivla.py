@@ -236,11 +236,12 @@ class MiniVLA(nn.Module):
         llm_config = Qwen2Config(**config.llm)
         # fp32 SDPA runs everywhere; the checkpoint's dtype is chosen by the policy when loading.
         llm_config._attn_implementation = "sdpa"
-        self.llm = Qwen2ForCausalLM(llm_config)
+        # a Qwen2ForCausalLM, or peft's model wrapping it once LoRA is applied
+        self.llm: Any = Qwen2ForCausalLM(llm_config)
         self._cache_arg = _cache_kwarg(self.causal_lm().model.forward)
 
     # -- pieces ---------------------------------------------------------------------------------
-    def causal_lm(self) -> nn.Module:
+    def causal_lm(self) -> Any:
         """The ``Qwen2ForCausalLM`` (under a peft wrapper when LoRA is applied; LoRA layers live inside it)."""
         llm = self.llm
         return llm.get_base_model() if hasattr(llm, "get_base_model") else llm

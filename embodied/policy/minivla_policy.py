@@ -302,7 +302,8 @@ class MiniVLAPolicy:
         for name, module in self.model.named_modules():
             if isinstance(module, LoraLayer):
                 key = _plain_key(f"{name}.base_layer.weight")
-                delta = module.get_delta_weight("default").detach()
+                # every concrete LoRA layer defines it; peft's LoraLayer base class does not declare it
+                delta = module.get_delta_weight("default").detach()  # type: ignore[attr-defined]
                 state[key] = state[key] + delta.to(state[key].dtype)
         return state
 

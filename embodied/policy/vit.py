@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -340,7 +341,8 @@ class VisionTransformer(nn.Module):
         if not 0 <= last_block < self.config.depth:
             raise ValueError(f"last_block must be in [0, {self.config.depth}); got {last_block}")
         x = self._pos_embed(self.patch_embed(pixels))
-        for block in self.blocks[: last_block + 1]:
+        # a slice of an nn.Sequential is an nn.Sequential (torch types __getitem__ as Sequential | Module)
+        for block in cast(nn.Sequential, self.blocks[: last_block + 1]):
             x = block(x)
         return x
 

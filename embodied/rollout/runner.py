@@ -27,9 +27,9 @@ import contextlib
 import inspect
 import multiprocessing as mp
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,6 +38,11 @@ from wmrl.embodied.env.config import LiberoEnvConfig, parse_cameras
 from wmrl.embodied.policy.base import ActionStep
 from wmrl.embodied.rollout.records import EpisodeRecord, EpisodeSpec
 from wmrl.embodied.rollout.worker import LocalWorker, worker_main
+
+if TYPE_CHECKING:
+    from multiprocessing.context import BaseContext
+
+    from wmrl.embodied.rollout.ray_worker import RaySimulators
 
 __all__ = ["RolloutConfig", "RolloutRunner", "WorkerError", "run_episodes"]
 
@@ -216,6 +221,7 @@ class _Episode:
 
     def record_action(self, step: ActionStep, action: np.ndarray, seconds: float) -> None:
         if self.observations is not None:
+            assert self.obs is not None  # actions are asked for only after start() (the reset's reply)
             self.observations.append(self.obs)
         self.actions.append(action)
         self.token_ids.append(None if step.token_ids is None else np.asarray(step.token_ids))
@@ -291,6 +297,7 @@ def _check_step(step: Any) -> np.ndarray:
 
 
 def _reset_policy(policy: Any, seed: int) -> None:
+    params: Mapping[str, inspect.Parameter]
     try:
         params = inspect.signature(policy.reset).parameters
     except (TypeError, ValueError):
@@ -326,8 +333,8 @@ class RolloutRunner:
         self.frame_cameras: tuple[str, ...] = tuple(cams)
         self._workers: list[Any] = []
         self._slot_task: list[int | None] = []
-        self._ctx = None
-        self._ray = None
+        self._ctx: BaseContext | None = None
+        self._ray: RaySimulators | None = None
         #: (episode index in the last run, reason) of every episode a simulator failure ended (or, with
         #: ``on_error="retry"``, sent to another simulator)
         self.failures: list[tuple[int, str]] = []
@@ -449,6 +456,12 @@ class RolloutRunner:
         in_flight = [False] * n_slots
         cfg = self.config
 
+        def running(slot: int) -> _Episode:
+            # a slot that is in flight, failing or waiting for its action holds an episode (assign sets it)
+            ep = active[slot]
+            assert ep is not None
+            return ep
+
         def assign(slot: int) -> None:
             if not pending:
                 return
@@ -467,7 +480,7 @@ class RolloutRunner:
         def failed(slot: int, details: str) -> None:
             # on_error="record": the episode ends as a failure with its reason; a fresh simulator goes on.
             # on_error="retry": the episode starts again from its reset on a fresh simulator.
-            ep = active[slot]
+            ep = running(slot)
             lines = [line for line in str(details).strip().splitlines() if line.strip()]
             reason = lines[-1].strip() if lines else "simulator failure"
             if cfg.on_error == "retry":
@@ -505,7 +518,7 @@ class RolloutRunner:
             for slot in range(n_slots):
                 if not in_flight[slot]:
                     continue
-                ep = active[slot]
+                ep = running(slot)
                 try:
                     status, payload = self._workers[slot].recv()
                 except WorkerError as err:
@@ -538,18 +551,18 @@ class RolloutRunner:
                 continue
             if batch_fn is not None:
                 t0 = time.perf_counter()
-                steps = batch_fn([active[s].obs for s in waiting], [active[s].instruction for s in waiting])
+                steps = batch_fn([running(s).obs for s in waiting], [running(s).instruction for s in waiting])
                 share = (time.perf_counter() - t0) / len(waiting)
                 if len(steps) != len(waiting):
                     raise ValueError(f"act_batch returned {len(steps)} steps for {len(waiting)} observations")
                 for s, step in zip(waiting, steps, strict=True):
-                    self._send_action(s, active[s], step, share, failed)
+                    self._send_action(s, running(s), step, share, failed)
                     in_flight[s] = active[s] is not None
             else:
                 for s in waiting:
                     t0 = time.perf_counter()
-                    step = policies[s].act(active[s].obs, active[s].instruction)
-                    self._send_action(s, active[s], step, time.perf_counter() - t0, failed)
+                    step = policies[s].act(running(s).obs, running(s).instruction)
+                    self._send_action(s, running(s), step, time.perf_counter() - t0, failed)
                     in_flight[s] = active[s] is not None
         return [r for r in records if r is not None]
 

@@ -57,7 +57,7 @@ def resolve_observation(
     Raises:
         ConfigError: a given value differs from the checkpoint's record and ``allow_mismatch`` is false.
     """
-    out = []
+    out: list[Any] = []
     for key, name, given, default in (
         ("orientation", "env.orientation", orientation, "upright"),
         ("render_size", "env.image_size", image_size, 256),

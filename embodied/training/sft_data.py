@@ -160,7 +160,7 @@ def load_demos(
     cameras = tuple(cameras or (data.camera,))
 
     if cache is not None and (cache / "demos.hdf5").is_file():
-        report = json.loads((cache / "report.json").read_text())
+        report: dict[str, Any] = json.loads((cache / "report.json").read_text())
         cached = read_libero_hdf5(cache / "demos.hdf5", cameras=cameras)
         return [d.oriented(data.orientation) for d in cached], report | {"cached": True}
     if data.format == "libero_hdf5":
@@ -191,7 +191,7 @@ def load_demos(
         demos = [d for d in demos if d.task_id in data.tasks]
     if not demos:
         raise ValueError(f"no demonstrations of tasks {data.tasks} in {list(data.paths)}")
-    report: dict[str, Any] = {"source": [d.name for d in demos], "replayed": bool(data.replay)}
+    report = {"source": [d.name for d in demos], "replayed": bool(data.replay)}
     if data.replay:
         demos, report["replays"] = _replay_all(demos, data, progress, cameras)
     else:

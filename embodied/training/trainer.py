@@ -257,7 +257,7 @@ class LiberoDomain:
     def save(self, folder: Path) -> None:
         self.policy.save(folder / "policy")
         torch.save(self.updater.state_dict(), folder / "optimizer.pt")
-        rng = {"torch": torch.get_rng_state()}
+        rng: dict[str, Any] = {"torch": torch.get_rng_state()}
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
         torch.save(rng, folder / "rng.pt")

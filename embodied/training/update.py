@@ -22,7 +22,7 @@ identical on every rank. The metrics are the whole batch's.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -71,7 +71,10 @@ class PPOUpdater:
             raise ValueError("the policy has no trainable parameters (apply LoRA or unfreeze a part of it)")
         self.processes.broadcast_(self.params)  # every rank starts from rank 0's parameters
         self.optimizer = torch.optim.AdamW(
-            self.params, lr=learning_rate, betas=tuple(config.betas), weight_decay=config.weight_decay
+            self.params,
+            lr=learning_rate,
+            betas=cast(tuple[float, float], tuple(config.betas)),  # two numbers (PPOConfig checks it)
+            weight_decay=config.weight_decay,
         )
 
     def _log_probs(self, fn: LogProbFn, batch: SampleBatch, idx: np.ndarray) -> torch.Tensor:
@@ -129,7 +132,9 @@ class PPOUpdater:
         gap = adv_abs = 0.0
         if n:
             old = self._frozen_log_probs(self.policy.action_log_probs, batch)
-            ref = self._frozen_log_probs(self.reference, batch) if cfg.kl_beta > 0 else None
+            if cfg.kl_beta > 0:
+                assert self.reference is not None  # __init__ refuses kl_beta > 0 without a reference
+                ref = self._frozen_log_probs(self.reference, batch)
             gap = float(np.max(np.abs(old.sum(dim=1).double().cpu().numpy() - batch.behaviour_logp)))
         adv = torch.as_tensor(batch.advantage, dtype=torch.float32)
         adv_abs = float(adv.abs().sum())
@@ -158,6 +163,7 @@ class PPOUpdater:
                     mb_loss = 0.0
                     for m0 in range(0, len(own), cfg.microbatch_size):
                         idx = own[m0 : m0 + cfg.microbatch_size]
+                        assert old is not None  # own holds this rank's samples: there are some (n > 0)
                         logp = self._log_probs(self.policy.action_log_probs, batch, idx).float()
                         terms = ppo_token_loss(
                             logp,

@@ -28,7 +28,7 @@ from wmrl.embodied.worldmodel.scoring import SCORE_MODES, ScoreConfig, ScoreErro
 __all__ = ["auroc", "bootstrap_auroc", "episode_scores", "fidelity_report", "measure_fidelity"]
 
 
-def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
+def auroc(scores: Sequence[float] | np.ndarray, labels: Sequence[bool] | np.ndarray) -> float | None:
     """AUROC of ``scores`` for binary ``labels`` (ties count half); ``None`` without both classes."""
     from sklearn.metrics import roc_auc_score
 
@@ -39,7 +39,7 @@ def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
 
 
 def bootstrap_auroc(
-    scores: Sequence[float], labels: Sequence[bool], resamples: int, seed: int = 0
+    scores: Sequence[float] | np.ndarray, labels: Sequence[bool] | np.ndarray, resamples: int, seed: int = 0
 ) -> tuple[float, float] | None:
     """Percentile 95% interval of the AUROC over ``resamples`` episode resamples (``None`` if undefined)."""
     s = np.asarray(scores, dtype=np.float64)

@@ -26,7 +26,7 @@ import json
 import threading
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -238,7 +238,7 @@ class RobometerHTTPServer:
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
+        host, port = cast(tuple[str, int], self._server.server_address)[:2]  # an AF_INET server
         return f"http://{host}:{port}"
 
     def start(self) -> RobometerHTTPServer:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import email.parser
 import email.policy
 from dataclasses import dataclass
+from typing import cast
 
 __all__ = ["FormPart", "parse_multipart"]
 
@@ -38,6 +39,7 @@ def parse_multipart(body: bytes, content_type: str) -> list[FormPart]:
         name = sub.get_param("name", header="content-disposition")
         if not name:
             raise ValueError("a multipart part has no form name")
-        data = sub.get_payload(decode=True) or b""
+        # decode=True: the bytes of a leaf part, None for a nested multipart (typeshed's union is wider)
+        data = cast(bytes | None, sub.get_payload(decode=True)) or b""
         parts.append(FormPart(str(name), data, sub.get_filename(), sub.get_content_type()))
     return parts

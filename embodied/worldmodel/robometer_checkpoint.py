@@ -204,7 +204,7 @@ def read_robometer_config(path: str | Path, vocab_rows: int | None = None) -> Ro
         h, w = data.get("resized_height"), data.get("resized_width")
         if (h is None) != (w is None):
             raise ValueError(f"{experiment}: data.resized_height and data.resized_width must be set together")
-        resized = None if h is None else (int(h), int(w))
+        resized = None if h is None or w is None else (int(h), int(w))  # both or neither (checked above)
         base = str(model.get("base_model_id", "Qwen3-VL"))
         if "Qwen3" not in base:
             raise ValueError(f"{experiment}: base model {base!r} is not a Qwen3-VL model")

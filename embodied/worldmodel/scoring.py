@@ -30,7 +30,7 @@ from wmrl.core.config import require
 __all__ = ["SCORE_MODES", "ScoreConfig", "ScoreError", "ScoreMode", "episode_score"]
 
 ScoreMode = Literal["potential", "final", "max", "success"]
-SCORE_MODES: tuple[str, ...] = ("potential", "final", "max", "success")
+SCORE_MODES: tuple[ScoreMode, ...] = ("potential", "final", "max", "success")
 # Progress and probabilities come out of softmax/sigmoid in bf16 or fp32; allow that much round-off.
 _RANGE_TOL = 1e-4
 

@@ -122,7 +122,7 @@ def window_labels(
 
 
 def _windows(episodes: Sequence[Episode], config: WorldModelTrainConfig, rng: np.random.Generator) -> list:
-    out = []
+    out: list[tuple[Any, ...]] = []
     for i, ep in enumerate(episodes):
         t = len(ep.frames)
         low = max(2, math.ceil(config.min_window * t))

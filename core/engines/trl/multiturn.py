@@ -277,11 +277,13 @@ def multi_turn_rollout(ctx: TurnContext, prompts: list[Any]) -> dict[str, Any]:
     if ctx.shadow:
         ctx.kept = episodes
     uses_wm = ctx.pipeline.world_model is not None
+    anchor = ctx.anchor
+    assert anchor is not None  # the first turn sets it, and there is one (turns >= 1, __post_init__)
     wm_value: list[float | None] = []
     real_value: list[float | None] = []
     for i, episode in enumerate(episodes):
         trajectory = episode.reward()  # the stream that produced this row's observations
-        if ctx.anchor[i]:
+        if anchor[i]:
             real_value.append(trajectory)
             wm_value.append(episode.aggregate(wm_turns[i]) if uses_wm else None)
         else:

@@ -38,6 +38,7 @@ import math
 import os
 import time
 import warnings
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -97,7 +98,7 @@ def _text_item(text: str, row: Mapping[str, Any]) -> str:
     return text
 
 
-def wmrl_reward(**_: Any) -> list[float]:
+def wmrl_reward(**_: Any) -> list[float | None]:
     """The reward function TRL sees. Never called: ``WMRLGRPOTrainer._calculate_rewards`` replaces
     TRL's reward loop (it needs the whole gathered batch and both streams at once)."""
     raise RuntimeError(
@@ -369,7 +370,10 @@ class WMRLGRPOTrainer(GRPOTrainer):
                 "loss_type='vespo' needs vllm_importance_sampling_mode 'token_truncate' or 'token_mask'; got "
                 f"{self.vllm_importance_sampling_mode!r}"
             )
-        self.vllm_generation = VLLMHTTPGeneration(
+        # max_completion_length is TRL's copy of args.max_completion_length, an int >= 1 (checked in __init__)
+        assert self.max_completion_length is not None
+        # TRL declares the attribute as its own VLLMGeneration; this is a duck-typed stand-in for it
+        self.vllm_generation = VLLMHTTPGeneration(  # type: ignore[assignment]
             config,
             self.model,
             temperature=self.temperature,
@@ -641,7 +645,10 @@ class WMRLGRPOTrainer(GRPOTrainer):
             self.accelerator,
             gather_deepspeed3_params=self.args.ds3_gather_for_generation,
             generation_kwargs=self.generation_kwargs,
-            gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            # TrainingArguments.__post_init__ parses a JSON string into a dict; TRL passes it the same way
+            gradient_checkpointing_kwargs=cast(
+                "dict[str, Any] | None", self.args.gradient_checkpointing_kwargs
+            ),
         )
 
     def _generate_single_turn(
@@ -671,6 +678,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
             return super()._generate_single_turn(
                 prompt_ids, images, multimodal_fields, num_generations, has_tool_images
             )
+        assert runs is not None  # runs is None makes the call plain (above)
         firsts = [sum(runs[:k]) for k in range(len(runs))]
         with (
             self._generation_model() as model,
@@ -692,6 +700,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
         return completion_ids, None
 
     def _generate_and_score_completions(self, inputs: Any) -> Any:
+        assert self.model is not None  # the trainer is built with a model (TRL's Trainer keeps it)
         if not self.model.training:
             raise RuntimeError(
                 "WMRLGRPOTrainer does not evaluate during training; evaluate checkpoints instead"
@@ -807,7 +816,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
             loss_mask = output["completion_mask"] * output["tool_mask"]
             output["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
         # TRL logged its own advantages before this override; show the ones actually used.
-        logged = self._logs["advantages"]
+        logged = cast(deque[Any], self._logs["advantages"])  # TRL's _logs values are deques
         for _ in range(min(len(flat), len(logged))):
             logged.pop()
         logged.extend(np.nan_to_num(flat, nan=0.0).tolist())
@@ -914,6 +923,9 @@ class WMRLGRPOTrainer(GRPOTrainer):
         step.solution_keys = keys
         if self.turns > 1 and step.turns_context is not None and step.turns_context.shadow:
             self._submit_trajectories(step, wm)
+        # every path has planned by now: _score_single_turn (one turn), turn_context's rows or choose,
+        # or _submit_trajectories (K turns); _rollout_entry refuses a rollout without a way to plan
+        assert step.plan is not None
         start = time.perf_counter()
         correction = self.pipeline.correct(
             step.plan, wm, real, var, rollouts=step.n_local, repeats=repeats, solution_keys=keys
@@ -1031,6 +1043,9 @@ class WMRLGRPOTrainer(GRPOTrainer):
         every turn."""
         planned = step.plan is not None
         shadow = self.pipeline.asynchrony.enabled and not step.drain
+        # K > 1 (the only rollout that asks for a context): __init__ checked the episode factory, and
+        # max_completion_length is args.max_completion_length, an int >= 1 (checked in __init__)
+        assert self.episodes is not None and self.max_completion_length is not None
         context = TurnContext(
             rows=step.inputs,
             anchor=self.local_anchor_rows(step) if planned and not shadow else None,
@@ -1040,7 +1055,8 @@ class WMRLGRPOTrainer(GRPOTrainer):
             episodes=self.episodes,
             turns=self.turns,
             tokenizer=self._text_tokenizer,
-            template_kwargs=dict(self.chat_template_kwargs or {}),
+            # GRPOConfig.__post_init__ parses a JSON string into a dict
+            template_kwargs=dict(cast("dict[str, Any]", self.chat_template_kwargs or {})),
             generate=self._generate_tokens_vllm if self.use_vllm else self._generate_tokens,
             max_new_tokens=self.max_completion_length,
             stop_token_ids=set(self.eos_token_ids),
@@ -1178,14 +1194,15 @@ def _prompt_text(prompt: Any) -> str:
     return str(prompt)
 
 
-def _rollout_entry(prompts: list[Any], trainer: WMRLGRPOTrainer) -> dict[str, Any]:
+def _rollout_entry(prompts: list[Any], trainer: GRPOTrainer) -> dict[str, Any]:
     """TRL's ``rollout_func`` for K > 1 (TRL calls it with the trainer)."""
-    step = trainer._wmrl_step
+    wmrl = cast(WMRLGRPOTrainer, trainer)  # only WMRLGRPOTrainer hands this function to TRL
+    step = wmrl._wmrl_step
     planned_late = (
         step is not None
         and step.plan is None
-        and (trainer.pipeline.plans_after_scoring or (trainer.pipeline.asynchrony.enabled and not step.drain))
+        and (wmrl.pipeline.plans_after_scoring or (wmrl.pipeline.asynchrony.enabled and not step.drain))
     )
     if step is None or (step.plan is None and not planned_late) or len(step.inputs) != len(prompts):
         raise RuntimeError("the K-turn rollout runs inside WMRLGRPOTrainer's generation step only")
-    return multi_turn_rollout(trainer.turn_context(step), prompts)
+    return multi_turn_rollout(wmrl.turn_context(step), prompts)
