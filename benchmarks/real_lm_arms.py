@@ -12,7 +12,9 @@ sample of the policy):
   the execution memory afterwards);
 * ``paper``: ``corrector_preset=paper`` (whole anchor groups at 10%, at least one a step; its fusion);
 * ``wmrl``: the per-rollout design with the gain fusion (``corrector.fusion.mode=gain``);
-* ``wmrl_flat``: the same with every weight 1 (``corrector.fusion.mode=none``).
+* ``wmrl_flat``: the same with every weight 1 (``corrector.fusion.mode=none``);
+* ``wmrl_surrogate``: ``wmrl_flat`` with the language world model fused with a surrogate learned from
+  the run's executions (``world_model.surrogate.enabled=true``, issue 32 part 6).
 
 Per run it records the wall time, real executions spent in training (the cost ledger's anchor items),
 memory hits, the fusion's measurements (``wmrl/wm_gain`` and the random-effects parts), the executed
@@ -40,6 +42,7 @@ ARMS: dict[str, list[str]] = {  # real_cache last: its policy is real's (executi
     # the two fusions of the per-rollout design, named whatever the default is
     "wmrl": ["corrector.fusion.mode=gain"],
     "wmrl_flat": ["corrector.fusion.mode=none"],
+    "wmrl_surrogate": ["corrector.fusion.mode=none", "world_model.surrogate.enabled=true"],
     "paper": ["corrector_preset=paper"],
     "real_cache": ["mode=real", "corrector.memory.enabled=true"],
 }
@@ -115,6 +118,16 @@ def train_and_eval(wmrl: str, out: Path, arm: str, seed: int, samples: int) -> d
         "fusion_bound": [r.get("wmrl/fusion_bound") for r in rows],
         "weight_anchor": [r.get("wmrl/weight_anchor") for r in rows],
         "weight_world_model": [r.get("wmrl/weight_world_model") for r in rows],
+        # the fused world model's sources (world_model.surrogate.enabled): their weights once measured
+        "source_weights": [
+            {
+                k.removeprefix("world_model/weight/"): v
+                for k, v in r.items()
+                if k.startswith("world_model/weight/")
+            }
+            for r in rows
+        ],
+        "surrogate_learned": [r.get("world_model/learned/surrogate") for r in rows],
         "spent": cost.get("spent"),
         "eval": {
             "position": report.get("overall"),

@@ -88,3 +88,37 @@ def test_the_documented_replay_is_the_recorded_one(report):
     assert len(recorded["distinct_runs"]) == 10
     if report == "warm":
         assert f"10 distinct runs, {recorded['graded']}\nscripts graded" in docs
+
+
+def test_the_documented_training_run_is_the_recorded_one():
+    """docs/benchmarks/method.md's table of the surrogate in training quotes the recorded runs."""
+    import numpy as np
+
+    from wmrl.core.bench.intervals import ci95
+
+    docs = (ROOT / "docs" / "benchmarks" / "method.md").read_text()
+    section = docs[docs.index("### In training: the surrogate on the real LM") :]
+    section = section[: section.index("\n### ")] if "\n### " in section else section
+    recorded = {
+        "wmrl_surrogate": ROOT / "benchmarks" / "results" / "real-lm-surrogate-2026-12-07",
+        "wmrl_flat": ROOT / "benchmarks" / "results" / "real-lm-2026-12-06",
+        "real_cache": ROOT / "benchmarks" / "results" / "real-lm-2026-12-06",
+    }
+    runs = {
+        arm: [json.loads((folder / f"{arm}-s{seed}.json").read_text()) for seed in range(3)]
+        for arm, folder in recorded.items()
+    }
+    position = {arm: [r["eval"]["position"] for r in rs] for arm, rs in runs.items()}
+    for arm, rs in runs.items():
+        line = next(x for x in section.splitlines() if x.startswith(f"| `{arm}`"))
+        assert ", ".join(f"{p:.3f}" for p in position[arm]) in line, line
+        assert f"| {np.mean(position[arm]):.3f} |" in line, line
+        executions = ", ".join(str(int(r["spent"]["anchor"]["items"])) for r in rs)
+        assert executions in line, line
+        if arm != "wmrl_surrogate":
+            diff = np.subtract(position["wmrl_surrogate"], position[arm])
+            assert f"{np.mean(diff):+.3f} ± {ci95(list(diff)):.3f}".replace("-", "−") in line, line
+    # the surrogate was on, and learned every execution of its run
+    for r in runs["wmrl_surrogate"]:
+        assert "world_model.surrogate.enabled=true" in r["settings"]
+        assert r["surrogate_learned"][-1] == r["spent"]["anchor"]["items"]
