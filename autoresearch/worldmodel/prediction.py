@@ -101,9 +101,13 @@ class Prediction:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Prediction:
-        # what to_dict wrote (the prediction cache's file)
-        fields: dict[str, Any] = {k: data.get(k) for k in ("status", "error_type", "error_line", "position")}
+        # what to_dict wrote (the prediction cache's file); a record without a status is not one
+        status = data["status"]
+        if not isinstance(status, str):
+            raise TypeError(f"a prediction's status must be a string; got {status!r}")
+        fields: dict[str, Any] = {k: data.get(k) for k in ("error_type", "error_line", "position")}
         return cls(
+            status,
             **fields,
             output=data.get("output") or "",
             repaired=bool(data.get("repaired", False)),

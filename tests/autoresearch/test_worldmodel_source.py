@@ -485,3 +485,18 @@ def test_an_unreadable_task_leaves_only_its_own_scripts_unknown():
     grades = wm.grade([Solution("broken", GOOD), Solution("t", GOOD)])
     assert grades[0].value is None and "cannot build the prompt for task 'broken'" in grades[0].info["reason"]
     assert grades[1].value == pytest.approx(0.2) and backend.prompts == 1
+
+
+@pytest.mark.parametrize("status", [None, "missing", 3])
+def test_a_cache_record_without_a_status_is_corruption_not_a_prediction(tmp_path, status):
+    sample = {"error_type": None, "error_line": None, "position": 0.5, "output": "", "repaired": False}
+    if status != "missing":
+        sample["status"] = status
+    entry = {"samples": [sample], "failures": [], "status_probs": None, "expected_position": None}
+    path = tmp_path / "wm.jsonl"
+    path.write_text(json.dumps({"key": "k", "entry": entry}) + "\n")
+    with pytest.raises(ValueError, match="not a prediction-cache record"):
+        PredictionCache(path=path)
+    sample["status"] = "valid"  # the same record with its status loads
+    path.write_text(json.dumps({"key": "k", "entry": entry}) + "\n")
+    assert PredictionCache(path=path).get("k").samples[0].status == "valid"
