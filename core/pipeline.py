@@ -125,7 +125,7 @@ class Scores:
     @classmethod
     def empty(cls, n: int) -> Scores:
         nan = np.full(n, np.nan)
-        return cls(nan.copy(), nan.copy(), nan.copy(), [None] * n, [None] * n, real_repeat=nan.copy())
+        return cls(nan.copy(), nan.copy(), nan.copy(), [None] * n, [None] * n)  # real_repeat: (n,) NaN
 
     def columns(self) -> npt.NDArray[Any]:
         """``(n, 4)``: world-model score, its variance, real score, repeated real score (what an engine

@@ -45,6 +45,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from wmrl.core.config import require_int
 from wmrl.core.engines.trl.rank_failures import fail_together
 from wmrl.core.pipeline import RewardPipeline
 
@@ -140,8 +141,7 @@ class TurnContext:
 
     def __post_init__(self) -> None:
         # a rollout with no turn would leave every row ungraded (and ``anchor`` unset)
-        if not isinstance(self.turns, int) or isinstance(self.turns, bool) or self.turns < 1:
-            raise ValueError(f"turns must be an integer >= 1; got {self.turns!r}")
+        require_int(self.turns, "turns")
 
 
 def feedback_suffix(

@@ -53,6 +53,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
 
 from wmrl.core.completions import CompletionsTable, completion_rows, format_sample
+from wmrl.core.config import require_int
 from wmrl.core.corrector import Correction, Corrector, CorrectorConfig, Plan
 from wmrl.core.engines.trl.late_rows import append_rows, keep_rows, live_rows, padded_rows
 from wmrl.core.engines.trl.multiturn import (
@@ -267,11 +268,9 @@ class WMRLGRPOTrainer(GRPOTrainer):
                 "evaluation inside GRPO training is not supported by WMRLGRPOTrainer (the corrector would "
                 "treat eval batches as training steps); set eval_strategy='no' and evaluate checkpoints"
             )
-        max_len = getattr(args, "max_completion_length", 512)
-        if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
-            # TRL's GRPOConfig accepts None, but its loss normalisation divides by it, and vLLM generation
-            # and K-turn turns cap every reply at it
-            raise ValueError(f"max_completion_length must be an integer >= 1; got {max_len!r}")
+        # TRL's GRPOConfig accepts None, but its loss normalisation divides by it, and vLLM generation and
+        # K-turn turns cap every reply at it
+        require_int(getattr(args, "max_completion_length", 512), "max_completion_length")
         train_dataset_columns = getattr(train_dataset, "column_names", None)
         if train_dataset_columns is not None and prompt_id_column not in train_dataset_columns:
             raise ValueError(
@@ -281,8 +280,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
         self.pipeline = RewardPipeline(
             world_model, anchor, mode=mode, corrector=corrector, ledger=ledger, solution_key=solution_key
         )
-        if not isinstance(turns, int) or isinstance(turns, bool) or turns < 1:
-            raise ValueError(f"turns must be an integer >= 1; got {turns!r}")
+        require_int(turns, "turns")
         multi_turn = turns > 1
         if multi_turn:
             self._check_multi_turn(episodes)
