@@ -135,7 +135,15 @@ def _add_record_command(root) -> None:
         "--action-noise", type=float, default=0.0,
         help="std of Gaussian noise on the 6 arm dimensions of every action (perturbed runs; default 0)",
     )  # fmt: skip
-    cmd.add_argument("--noise-seed", type=int, default=0, help="seed of the action noise")
+    cmd.add_argument("--noise-seed", type=int, default=0, help="seed of the action noise and the label mix")
+    cmd.add_argument(
+        "--label-with", default=None,
+        help="DAgger: record this policy's action (scripted, or a folder) at every state --policy visits",
+    )  # fmt: skip
+    cmd.add_argument(
+        "--label-mix", type=float, default=0.0,
+        help="probability that a step executes the --label-with policy's action instead (DAgger's beta; default 0)",
+    )  # fmt: skip
     cmd.add_argument(
         "--out", default="runs/demos", help="the folder written (refused if it holds a recording)"
     )
@@ -153,7 +161,7 @@ def _record_demos(args) -> int:
             camera=args.camera, wrist_camera=args.wrist_camera, image_size=args.image_size, orientation=args.orientation,
             formats=tuple(f.strip() for f in args.formats.split(",") if f.strip()),
             keep_failures=args.keep_failures, max_steps=args.max_steps, action_noise=args.action_noise,
-            noise_seed=args.noise_seed, out_dir=args.out,
+            noise_seed=args.noise_seed, label_policy=args.label_with, label_mix=args.label_mix, out_dir=args.out,
         )  # fmt: skip
         summary = record_demonstrations(
             config,

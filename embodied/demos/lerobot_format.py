@@ -219,6 +219,7 @@ def read_lerobot_dataset(  # noqa: C901 (the complexity ratchet: split it when i
                 success=ep.get("wmrl/success"),
                 name=f"{root.name}:episode_{e}",
                 init_state=ep.get("wmrl/init_state"),
+                labelled_by=ep.get("wmrl/labelled_by"),
             )
         )
     return out
@@ -337,6 +338,7 @@ def write_lerobot_dataset(  # noqa: C901 (the complexity ratchet: split it when 
             ep["meta/episodes/file_index"] = 0
             ep["wmrl/success"] = demo.success
             ep["wmrl/init_state"] = demo.init_state
+            ep["wmrl/labelled_by"] = demo.labelled_by
             episodes.append(ep)
             offset += n
             global_index += n

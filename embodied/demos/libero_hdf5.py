@@ -104,6 +104,7 @@ def read_libero_hdf5(
                     name=f"{path.name}:demo_{i}",
                     init_state=demo_meta.get("init_state"),
                     frames_after_action=bool(demo_meta.get("frames_after_action", True)),
+                    labelled_by=demo_meta.get("labelled_by"),
                 )
             )
     return out
@@ -180,6 +181,7 @@ def write_libero_hdf5(
                     "instruction": demo.instruction,
                     "suite": demo.suite,
                     "task_id": demo.task_id,
+                    "labelled_by": demo.labelled_by,
                 }
             )
             total += demo.length

@@ -8,6 +8,10 @@ written in LIBERO's HDF5 layout (one ``<TASK>_demo.hdf5`` per task, what ``wmrl 
 embodied-sft data.format=libero_hdf5`` reads) and/or as a LeRobot v3.0 dataset (``data.format=
 lerobot``). Frames are stored as rendered: the JPEG round trip a policy trains with is applied by
 the SFT stage (``policy.jpeg_quality``), not baked into the files.
+
+With ``label_policy`` (``--label-with scripted``) a learned policy drives and the expert labels
+every state the learner visits (DAgger, Ross et al. 2011): behaviour cloning then sees the states its
+own mistakes lead to, with the expert's way back, which demonstrations alone never show it.
 """
 
 from __future__ import annotations
@@ -22,13 +26,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from wmrl.embodied.demos.replay import LabelledAction
 from wmrl.embodied.env.images import check_orientation
 from wmrl.embodied.env.suites import DEFAULT_SUITE, SUITE_NUM_TASKS, check_suite
 
 if TYPE_CHECKING:
     from wmrl.embodied.demos.types import Demo
 
-__all__ = ["FORMATS", "RecordConfig", "record_demonstrations"]
+__all__ = ["FORMATS", "RecordConfig", "labelled", "record_demonstrations"]
 
 FORMATS = ("libero_hdf5", "lerobot")
 SUMMARY_FILE = "record.json"
@@ -56,8 +61,15 @@ class RecordConfig:
             action (in action units, clipped back to [-1, 1]; the gripper is left alone); 0 = none.
             Perturbed expert runs, some of which fail, are what a world model learns failure from.
             The noisy action is the one executed and recorded.
-        noise_seed: seeds the noise; each (task, state) episode draws from its own stream, so an
-            episode's noise does not depend on which others are recorded.
+        noise_seed: seeds the noise and the label mix; each (task, state) episode draws from its own
+            streams, so an episode does not depend on which others are recorded.
+        label_policy: ``None`` records the driving policy's own actions. Else a policy (``scripted``,
+            or a saved-policy folder) asked at every visited state; its action is recorded in place of
+            the executed one (DAgger: ``policy`` is the learner that drives, this the expert that
+            labels; ``Demo.labelled_by`` says so). An episode's recording ends where the labeller
+            gives up (the scripted expert after every grasp of an object failed).
+        label_mix: probability that a step executes the labeller's action instead of the driving
+            policy's (DAgger's beta; drawn per step). Needs ``label_policy``.
         out_dir: the folder written (``libero_hdf5/``, ``lerobot/``, ``record.json``).
     """
 
@@ -74,6 +86,8 @@ class RecordConfig:
     max_steps: int | None = None
     action_noise: float = 0.0
     noise_seed: int = 0
+    label_policy: str | None = None
+    label_mix: float = 0.0
     out_dir: str = "runs/demos"
 
     def __post_init__(self) -> None:
@@ -103,6 +117,16 @@ class RecordConfig:
             )
         if not isinstance(self.noise_seed, int) or self.noise_seed < 0:
             raise ValueError(f"noise_seed must be an integer >= 0; got {self.noise_seed!r}")
+        if self.label_policy is not None and (
+            not isinstance(self.label_policy, str) or not self.label_policy
+        ):
+            raise ValueError(
+                f"label_policy must be None or a policy name or folder; got {self.label_policy!r}"
+            )
+        if not (isinstance(self.label_mix, (int, float)) and 0.0 <= self.label_mix <= 1.0):
+            raise ValueError(f"label_mix must be a probability in [0, 1]; got {self.label_mix!r}")
+        if self.label_mix > 0 and self.label_policy is None:
+            raise ValueError("label_mix mixes in the labeller's actions: it needs label_policy")
 
 
 def recorded_cameras(config: RecordConfig, contract: Mapping[str, Any]) -> tuple[str, ...]:
@@ -136,6 +160,70 @@ def perturbed(
     return noisy
 
 
+def labelled(
+    act: Callable[[Any], np.ndarray],
+    label: Callable[[Any], Any],
+    mix: float,
+    rng: np.random.Generator,
+) -> Callable[[Any], LabelledAction]:
+    """DAgger's step: ``act`` drives, ``label`` (returning an ``ActionStep``) labels every visited state.
+
+    Both are asked at every step (a stateful labeller such as the scripted expert must see the whole
+    episode to know its phase). The labeller's action is executed instead of ``act``'s with
+    probability ``mix``; a labeller whose step says ``gave_up`` labels ``None`` (the recording ends).
+    """
+
+    def step(obs: Any) -> LabelledAction:
+        driven = np.asarray(act(obs), dtype=np.float32)
+        expert = label(obs)
+        if expert.info.get("gave_up", False):
+            return LabelledAction(driven, None)
+        target = np.asarray(expert.action, dtype=np.float32)
+        return LabelledAction(target if rng.random() < mix else driven, target)
+
+    return step
+
+
+def _record_episode(
+    env: Any, policy: Any, labeller: Any, config: RecordConfig, task_id: int, state: int
+) -> Demo | None:
+    """One episode from ``state``: ``policy`` drives (with ``config``'s noise), ``labeller`` labels if any.
+
+    Returns ``None`` when the labeller had no action for the first step.
+    """
+    from wmrl.embodied.demos.replay import NothingRecorded, record_demo
+
+    policy.reset()
+    act = perturbed(
+        lambda obs: policy.act(obs, env.instruction).action,
+        float(config.action_noise),
+        np.random.default_rng([config.noise_seed, task_id, state]),
+    )
+    if labeller is not None:
+        labeller.reset()
+        act = labelled(
+            act, lambda obs: labeller.act(obs, env.instruction), config.label_mix,
+            np.random.default_rng([config.noise_seed, task_id, state, 1]),
+        )  # fmt: skip
+    try:
+        return record_demo(
+            env,
+            # record_demo's controller (obs, t) -> action; cast: mypy infers no lambda against a union
+            cast(Callable[[dict, int], np.ndarray], lambda obs, _t: act(obs)),
+            init_state=state,
+            task_id=task_id,
+            labelled_by=config.label_policy,
+        )
+    except NothingRecorded:
+        return None
+
+
+def _load(policy: str, suite: str) -> Any:
+    from wmrl.embodied.eval.policy_loader import load_policy
+
+    return load_policy(policy, suite=suite) if policy == "scripted" else load_policy(policy)
+
+
 def record_demonstrations(
     config: RecordConfig, *, progress: Callable[[dict[str, Any]], None] | None = None
 ) -> dict[str, Any]:
@@ -148,26 +236,26 @@ def record_demonstrations(
     from wmrl.core.runlog import write_json_atomic
     from wmrl.embodied.demos.lerobot_format import write_lerobot_dataset
     from wmrl.embodied.demos.libero_hdf5 import write_libero_hdf5
-    from wmrl.embodied.demos.replay import record_demo
     from wmrl.embodied.env import LiberoEnv, LiberoEnvConfig
     from wmrl.embodied.env.suites import get_task
-    from wmrl.embodied.eval.policy_loader import load_policy
 
     out = Path(config.out_dir)
     if (out / SUMMARY_FILE).exists():
         raise FileExistsError(f"{out} already holds a recording ({SUMMARY_FILE}); choose another out_dir")
-    policy = (
-        load_policy(config.policy, suite=config.suite)
-        if config.policy == "scripted"
-        else load_policy(config.policy)
-    )
+    policy = _load(config.policy, config.suite)
+    labeller = None if config.label_policy is None else _load(config.label_policy, config.suite)
     contract = getattr(policy, "observation_contract", None) or {}
+    label_contract = getattr(labeller, "observation_contract", None) or {}
     cameras = recorded_cameras(config, contract)
+    if not {c for c in (label_contract.get("camera"), label_contract.get("wrist_camera")) if c} <= set(
+        cameras
+    ):
+        raise ValueError(f"the label policy reads a camera other than the recorded {list(cameras)}")
     env = LiberoEnv(
         LiberoEnvConfig(
             suite=config.suite, task_id=config.tasks[0], cameras=cameras, image_height=config.image_size,
             image_width=config.image_size, orientation=config.orientation, max_steps=config.max_steps,
-            scene_state=bool(contract.get("scene_state", False)),
+            scene_state=bool(contract.get("scene_state", False) or label_contract.get("scene_state", False)),
         )
     )  # fmt: skip
     episodes: list[dict[str, Any]] = []
@@ -176,24 +264,12 @@ def record_demonstrations(
     try:
         for task_id in config.tasks:
             for state in config.states:
-                policy.reset()
                 t0 = time.perf_counter()
-                act = perturbed(
-                    lambda obs: policy.act(obs, env.instruction).action,
-                    float(config.action_noise),
-                    np.random.default_rng([config.noise_seed, task_id, state]),
-                )
-                demo = record_demo(
-                    env,
-                    # record_demo's controller (obs, t) -> action; cast: mypy infers no lambda against a union
-                    cast(Callable[[dict, int], np.ndarray], lambda obs, _t, act=act: act(obs)),
-                    init_state=state,
-                    task_id=task_id,
-                )
-                row = {"task": task_id, "state": state, "success": bool(demo.success), "steps": demo.length,
-                       "wall_s": round(time.perf_counter() - t0, 3)}  # fmt: skip
+                demo = _record_episode(env, policy, labeller, config, task_id, state)
+                row = {"task": task_id, "state": state, "success": bool(demo and demo.success),
+                       "steps": demo.length if demo else 0, "wall_s": round(time.perf_counter() - t0, 3)}  # fmt: skip
                 episodes.append(row)
-                if demo.success or config.keep_failures:
+                if demo is not None and (demo.success or config.keep_failures):
                     kept[task_id].append(demo)
                 if progress is not None:
                     progress(row)

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import NamedTuple, cast
 
 import numpy as np
 
 from wmrl.embodied.demos.types import Demo
 
-__all__ = ["ReplayResult", "is_noop", "record_demo", "replay_demo"]
+__all__ = ["LabelledAction", "NothingRecorded", "ReplayResult", "is_noop", "record_demo", "replay_demo"]
 
 NOOP_THRESHOLD = 1e-4
 
@@ -29,6 +29,23 @@ def is_noop(action: np.ndarray, previous: np.ndarray | None, threshold: float = 
     if previous is None:
         return bool(np.linalg.norm(action[:-1]) < threshold)
     return bool(np.linalg.norm(action[:-1]) < threshold and action[-1] == previous[-1])
+
+
+class NothingRecorded(ValueError):
+    """The labeller had no action for the episode's first step: there is no demonstration."""
+
+
+class LabelledAction(NamedTuple):
+    """What a step executes and what it records in its place (DAgger: the learner drives, the expert labels).
+
+    Attributes:
+        executed: ``(7,)`` the action stepped in the simulator.
+        label: ``(7,)`` the action recorded for this step's frame; ``None`` = the labeller has no
+            action worth learning here (the scripted expert gave up), which ends the recording.
+    """
+
+    executed: np.ndarray
+    label: np.ndarray | None
 
 
 @dataclass
@@ -66,6 +83,11 @@ def replay_demo(env, demo: Demo, *, skip_noops: bool = False, stop_at_success: b
         skip_noops: drop OpenVLA's no-op actions.
         stop_at_success: stop at the first step where the goal holds (the episode ends there).
     """
+    if demo.labelled_by is not None:
+        raise ValueError(
+            f"{demo.name}: its actions are {demo.labelled_by!r}'s labels, not what was executed, so a "
+            "replay would not reproduce its frames; train on its stored frames (data.replay=false)"
+        )
     if demo.states is not None:
         options = {"state": demo.states[0]}
     elif demo.init_state is not None:
@@ -119,21 +141,30 @@ def replay_demo(env, demo: Demo, *, skip_noops: bool = False, stop_at_success: b
 
 def record_demo(
     env,
-    act: Callable[[dict, int], np.ndarray] | Sequence[np.ndarray],
+    act: Callable[[dict, int], np.ndarray | LabelledAction] | Sequence[np.ndarray],
     *,
     init_state: int,
     task_id: int | None = None,
     steps: int | None = None,
     name: str = "",
+    labelled_by: str | None = None,
 ) -> Demo:
     """Run an episode in ``env`` and keep it as a demonstration (frames before each action, states).
 
     Args:
         env: a :class:`~wmrl.embodied.env.LiberoEnv` rendering the cameras to record.
         act: ``act(observation, t) -> action`` (a scripted controller) or a sequence of actions.
+            With ``labelled_by``, ``act`` returns a :class:`LabelledAction` instead: its ``executed``
+            action is stepped and its ``label`` recorded; the episode ends at the first ``None`` label.
         init_state: the task's fixed initial state to start from.
         task_id: switch the environment to this task first.
         steps: at most this many actions (default: the sequence's length or the episode limit).
+        labelled_by: the labelling policy's name, recorded in the demonstration (``Demo.labelled_by``).
+
+    Raises:
+        ValueError: ``act`` returned a :class:`LabelledAction` without ``labelled_by``, or the other
+            way round (a demonstration must say whose actions it holds).
+        NothingRecorded: the first label was ``None``.
     """
     options = {"init_state": init_state} | ({} if task_id is None else {"task_id": task_id})
     obs, info = env.reset(seed=0, options=options)
@@ -145,19 +176,27 @@ def record_demo(
     success = bool(info["success"])
     for t in range(limit):
         # no sequence: act is the callable (callable(act) above)
-        action = (
-            sequence[t]
-            if sequence is not None
-            else np.asarray(cast(Callable[[dict, int], np.ndarray], act)(obs, t), dtype=np.float32)
-        )
+        chosen = sequence[t] if sequence is not None else cast(Callable[[dict, int], np.ndarray], act)(obs, t)
+        if isinstance(chosen, LabelledAction) != (labelled_by is not None):
+            raise ValueError(
+                "act must return a LabelledAction exactly when labelled_by names the labeller; got "
+                f"{type(chosen).__name__} with labelled_by={labelled_by!r}"
+            )
+        executed, label = chosen if isinstance(chosen, LabelledAction) else (chosen, chosen)
+        if label is None:  # the labeller has nothing worth learning from here on
+            break
         states.append(env.sim_state())
         for c in cameras:
             frames[c].append(obs[f"{c}_image"])
-        actions.append(np.clip(action, -1.0, 1.0).astype(np.float32))
-        obs, _, terminated, truncated, info = env.step(actions[-1])
+        actions.append(np.clip(np.asarray(label, dtype=np.float32), -1.0, 1.0))
+        obs, _, terminated, truncated, info = env.step(
+            np.clip(np.asarray(executed, dtype=np.float32), -1.0, 1.0)
+        )
         success = bool(info["success"])
         if terminated or truncated:
             break
+    if not actions:
+        raise NothingRecorded(f"{labelled_by} had no action for the first step of state {init_state}")
     return Demo(
         instruction=env.instruction,
         actions=np.stack(actions),
@@ -169,4 +208,5 @@ def record_demo(
         success=success,
         name=name or f"{env.config.suite}_task{env.task.task_id}_state{init_state}",
         init_state=init_state,
+        labelled_by=labelled_by,
     )

@@ -49,6 +49,10 @@ class Demo:
         init_state: index of the task's fixed initial state it started from, when known.
         frames_after_action: the source stores the observation *after* each action with it
             (LIBERO's HDF5 files do); a replay regenerates correctly paired frames.
+        labelled_by: ``None`` when ``actions`` are what was executed; else the policy whose action at
+            each visited state is recorded in place of the executed one (DAgger: one policy drives,
+            another labels). Such a demonstration cannot be replayed: its actions do not reproduce
+            its frames.
     """
 
     instruction: str
@@ -62,6 +66,7 @@ class Demo:
     name: str = ""
     init_state: int | None = None
     frames_after_action: bool = False
+    labelled_by: str | None = None
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -387,6 +387,14 @@ class ScriptedController:
         self.__init__(self.goal, self.config)  # type: ignore[misc]
 
     @property
+    def gave_up(self) -> bool:
+        """A pick-and-place failed every attempt: the goal is out of this controller's reach (its later
+        actions hold still or go on to other predicates, and are no demonstration of the task)."""
+        return any(not ok for _, ok in self.finished) or bool(
+            self._current is not None and self._current.failed
+        )
+
+    @property
     def phase(self) -> str:
         """What the controller is doing now (``"<predicate>: <phase>"``, or ``"idle"``)."""
         if self._current is None:

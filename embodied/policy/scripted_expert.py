@@ -85,7 +85,9 @@ class ScriptedExpert:
             self._controller = ScriptedController(task_goal(self.suite, instruction), self.config)
             self._instruction = instruction
         action = self._controller.act(observation, observation)
-        return ActionStep(action=action, info={"phase": self._controller.phase})
+        return ActionStep(
+            action=action, info={"phase": self._controller.phase, "gave_up": self._controller.gave_up}
+        )
 
     @property
     def unsupported(self) -> list[tuple[str, ...]]:
