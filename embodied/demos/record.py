@@ -194,15 +194,16 @@ def _record_episode(
     from wmrl.embodied.demos.replay import NothingRecorded, record_demo
 
     policy.reset()
-    act = perturbed(
+    driven = perturbed(
         lambda obs: policy.act(obs, env.instruction).action,
         float(config.action_noise),
         np.random.default_rng([config.noise_seed, task_id, state]),
     )
+    act: Callable[[Any], np.ndarray | LabelledAction] = driven
     if labeller is not None:
         labeller.reset()
         act = labelled(
-            act, lambda obs: labeller.act(obs, env.instruction), config.label_mix,
+            driven, lambda obs: labeller.act(obs, env.instruction), config.label_mix,
             np.random.default_rng([config.noise_seed, task_id, state, 1]),
         )  # fmt: skip
     try:

@@ -9,6 +9,8 @@ still the arm does not move while the labels are the expert's approach.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import pytest
 
@@ -85,9 +87,15 @@ def test_a_labelled_demo_keeps_its_labeller_in_both_formats_and_refuses_a_replay
     from wmrl.embodied.demos.types import Demo
 
     demos = [
-        Demo(instruction="put the book in the caddy", actions=np.zeros((3, 7)),
-             frames={"agentview": np.zeros((3, 8, 8, 3), np.uint8)}, orientation="upright", init_state=s,
-             labelled_by=by, states=np.zeros((3, 5)))  # fmt: skip
+        Demo(
+            instruction="put the book in the caddy",
+            actions=np.zeros((3, 7)),
+            frames={"agentview": np.zeros((3, 8, 8, 3), np.uint8)},
+            orientation="upright",
+            init_state=s,
+            labelled_by=by,
+            states=np.zeros((3, 5)),
+        )
         for s, by in ((0, "scripted"), (1, None))
     ]
     path = write_libero_hdf5(tmp_path / "t_demo.hdf5", demos)
@@ -102,9 +110,14 @@ def test_the_lerobot_format_keeps_the_labeller(tmp_path):
     from wmrl.embodied.demos.types import Demo
 
     demos = [
-        Demo(instruction="put the book in the caddy", actions=np.zeros((4, 7)),
-             frames={"agentview": np.zeros((4, 16, 16, 3), np.uint8)}, orientation="upright", init_state=s,
-             labelled_by=by)  # fmt: skip
+        Demo(
+            instruction="put the book in the caddy",
+            actions=np.zeros((4, 7)),
+            frames={"agentview": np.zeros((4, 16, 16, 3), np.uint8)},
+            orientation="upright",
+            init_state=s,
+            labelled_by=by,
+        )
         for s, by in ((0, "scripted"), (1, None))
     ]
     write_lerobot_dataset(tmp_path / "ds", demos)
@@ -117,7 +130,7 @@ def test_the_lerobot_format_keeps_the_labeller(tmp_path):
 class _HoldStill:
     """A driver that never moves the arm and keeps the gripper open."""
 
-    observation_contract: dict = {}
+    observation_contract: ClassVar[dict] = {}
 
     def reset(self):
         pass
