@@ -47,6 +47,24 @@ def test_the_plugin_against_real_verl_in_its_environment():
     assert " passed" in done.stdout and "skipped" not in done.stdout.splitlines()[-1], done.stdout[-2000:]
 
 
+@pytest.mark.slow
+@pytest.mark.verl
+def test_a_whole_verl_step_on_cpu_in_its_environment():
+    """The slow verl tests (``tests/verl_env/test_verl_cpu_step.py``: a whole PPO step with WMRL through
+    ``verl.trainer.main_ppo`` and vLLM's CPU build, then a resume), which the run above deselects."""
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", PYTHONDONTWRITEBYTECODE="1")
+    done = subprocess.run(
+        [str(PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "slow", "tests/verl_env"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    assert " passed" in done.stdout and "skipped" not in done.stdout.splitlines()[-1], done.stdout[-2000:]
+
+
 def test_the_4b_example_names_factories_that_exist():
     import importlib
     import sys

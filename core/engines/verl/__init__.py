@@ -6,6 +6,8 @@ loop), the ``wmrl`` advantage estimator (:mod:`.advantage`: the corrector's adva
 masked) and the ``wmrl_sync`` trainer (:mod:`.trainer`: plans anchors per batch, executes them,
 corrects, checkpoints the correction with verl's checkpoints). :mod:`.workers` runs the world model
 as a verl worker group, one per GPU. What a run names is in :class:`~.config.VerlConfig`.
+:mod:`.cpu_platform` (loaded only when named: ``VERL_USE_EXTERNAL_MODULES``) runs a whole verl step
+on a CPU-only machine, for tests.
 
 Importing this package does not import verl; its modules do.
 """

@@ -13,9 +13,10 @@ Registered as ``trainer.v1.trainer_mode=wmrl_sync``. Per step, in verl's single 
    :data:`~wmrl.core.pipeline.LEDGER_FILE`) are written into verl's ``global_step_N`` folder and
    read back on resume (:func:`save_state` / :func:`load_state`).
 
-This module needs a verl run with its rollout servers (vLLM or SGLang, GPUs), so it is exercised
-on a GPU machine; its parts (the correction, the estimator, the state files) are tested on CPU
-against the real verl package (``tests/verl_env/``).
+A whole step of this trainer runs on a CPU (``tests/verl_env/test_verl_cpu_step.py``: rollouts
+through vLLM's CPU build, with :mod:`.cpu_platform`) and resumes from its checkpoint; its parts
+(the correction, the estimator, the state files) are also tested one by one against the real verl
+package (``tests/verl_env/test_verl_plugin.py``).
 """
 
 from __future__ import annotations
@@ -116,8 +117,12 @@ def _register() -> type:
                 keep = torch.tensor(~unknown, dtype=torch.float32).unsqueeze(-1)
                 from verl.workers.utils.padding import response_to_nested
 
-                padded = mask["response_mask"].to_padded_tensor()
-                new = {"response_mask": response_to_nested((padded * keep).to(padded.dtype), padded)}
+                # TransferQueue holds the mask as a jagged nested tensor: pad it, zero the unknown
+                # rows, and nest it again with the original's lengths (as verl's own
+                # _compute_advantage writes its fields back, verl/trainer/ppo/v1/trainer_base.py:1797)
+                nested = mask["response_mask"]
+                padded = nested.to_padded_tensor(padding=0)
+                new = {"response_mask": response_to_nested((padded * keep).to(padded.dtype), nested)}
                 batch = tq.kv_batch_put(
                     keys=batch.keys,
                     partition_id=batch.partition_id,
