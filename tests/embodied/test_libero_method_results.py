@@ -174,3 +174,31 @@ def test_the_default_on_libero_table_is_the_recorded_benchmark():
         assert scheduler["rollout_share"] == default.scheduler.rollout_share
         assert scheduler["fraction"] == default.scheduler.fraction
         assert config["corrector"]["fusion"]["mode"] == default.fusion.mode
+
+
+def test_the_sampled_and_dagger_rows_are_the_recorded_evaluations():
+    """The wrist policy sampled (5/30 held out) and after one DAgger round, as recorded and quoted."""
+    docs = _section()
+    base = json.loads((RESULTS / "sft-128px-wrist" / "eval_info-heldout-300steps-t1.json").read_text())
+    dagger = RESULTS / "sft-128px-wrist-dagger"
+    for report, greedy in ((base, False), (json.loads((dagger / "eval_info-heldout-300steps-t1.json").read_text()), False),
+                           (json.loads((dagger / "eval_info-heldout-300steps.json").read_text()), True)):  # fmt: skip
+        config = report["config"]
+        assert config["states"] == list(range(40, 50)) and config["max_steps"] == 300
+        assert config["temperature"] == (0.0 if greedy else 1.0)
+        assert config["rollouts_per_state"] == (1 if greedy else 3)
+    successes = [e for e in base["per_episode"] if e["success"]]
+    line = next(x for x in docs.splitlines() if x.startswith("| wrist SFT (above) |"))
+    assert f"{len(successes)}/{base['overall']['n_episodes']} = 17% [7, 34]" in line
+    assert sorted({e["init_state"] for e in successes}) == [40, 42, 43, 49]
+    line = next(x for x in docs.splitlines() if x.startswith("| + one DAgger round |"))
+    for name in ("eval_info-heldout-300steps.json", "eval_info-heldout-300steps-t1.json"):
+        overall = json.loads((dagger / name).read_text())["overall"]
+        assert overall["pc_success"] == 0.0 and f"0/{overall['n_episodes']} = 0%" in line
+    epochs = json.loads((dagger / "epochs.json").read_text())["per_epoch_means"]
+    assert f"{epochs[0]['loss']:.2f} -> {epochs[-1]['loss']:.2f}" in line and len(epochs) == 3
+    assert f"{epochs[0]['token_accuracy']:.2f} -> {epochs[-1]['token_accuracy']:.2f}" in line
+    record = json.loads((RESULTS / "recordings" / "dagger-t5-128-wrist.json").read_text())
+    assert record["config"]["label_policy"] == "scripted" and record["config"]["label_mix"] == 0.3
+    assert sum(e["success"] for e in record["episodes"]) == 14 and len(record["episodes"]) == 20
+    assert sum(e["steps"] for e in record["episodes"]) == 4469
