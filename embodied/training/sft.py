@@ -98,7 +98,7 @@ class SFTTrainer:
         if config.train_vision:
             self.policy.model.vision.requires_grad_(True)
         self.stats_key = data.stats_key or data.suite
-        self.policy.set_dataset_statistics({self.stats_key: action_statistics(self.demos)}, self.stats_key)
+        self.policy.set_dataset_statistics({self.stats_key: self._action_statistics(data)}, self.stats_key)
         self.samples: SFTSamples = make_samples(self.policy, self.demos, self.cameras)
         self.params = self.policy.trainable_parameters()
         if not self.params:
@@ -114,6 +114,22 @@ class SFTTrainer:
         self.writer = RunWriter(run_dir.path, config, report_to=config.logging.report_to)
         write_json_atomic(run_dir.path / "resolved.json", self.resolved())
         self._last_saved = self.step if run_dir.checkpoint is not None else None
+
+    def _action_statistics(self, data: Any) -> dict[str, Any]:
+        """The statistics actions are tokenised with: the demonstrations' or the source policy's own."""
+        if data.statistics == "demos":
+            return action_statistics(self.demos)
+        # the statistics the source policy un-normalises with (its one entry, or its unnorm key's)
+        statistics = self.policy.dataset_statistics
+        key = self.policy.config.unnorm_key
+        if key not in statistics and len(statistics) == 1:
+            (key,) = statistics
+        if key not in statistics:
+            raise ValueError(
+                f"data.statistics=source: the source policy has statistics {sorted(statistics)} and no "
+                "unnorm key naming one of them"
+            )
+        return dict(statistics[key])
 
     # -- what the run is -------------------------------------------------------------------------
     def resolved(self) -> dict[str, Any]:

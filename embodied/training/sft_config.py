@@ -120,6 +120,10 @@ class SFTDataConfig:
         image_size: square render side of the training frames (replay renders at it; stored frames
             must have it); ``null`` = 256 for replays, the stored size otherwise. Recorded in the checkpoint.
         stats_key: the name the action statistics are saved under (``null`` = the suite).
+        statistics: ``demos`` computes the action statistics (q01/q99) from these demonstrations;
+            ``source`` keeps the source policy's, so that its action tokens keep their meaning while
+            it is fine-tuned (demonstrations beyond its bounds are clipped to its end bins). With
+            ``demos``, data whose statistics differ (DAgger's recoveries) re-map every token.
     """
 
     format: str = "libero_hdf5"
@@ -137,10 +141,15 @@ class SFTDataConfig:
     orientation: str = "upright"
     image_size: int | None = None
     stats_key: str | None = None
+    statistics: str = "demos"
 
     def __post_init__(self) -> None:
         from wmrl.embodied.env.images import check_orientation
 
+        require(
+            self.statistics in ("demos", "source"),
+            f"data.statistics must be 'demos' or 'source'; got {self.statistics!r}",
+        )
         require(self.format in FORMATS, f"data.format must be one of {list(FORMATS)}; got {self.format!r}")
         require(len(self.paths) > 0, "data.paths must name at least one demonstration file or dataset")
         check_suite(self.suite)

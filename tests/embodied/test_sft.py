@@ -242,3 +242,30 @@ def test_train_vision_trains_the_vision_towers_and_only_then(demo_file, tmp_path
         moved[f"{flag}-params"] = resolved["trainable_parameters"]
     assert moved["false"] == 0 and moved["true"] > 0
     assert moved["true-params"] > moved["false-params"]
+
+
+@pytest.mark.libero
+@pytest.mark.slow
+def test_the_action_statistics_come_from_the_demos_or_are_kept_from_the_source(demo_file, tmp_path):
+    """``data.statistics``: ``demos`` tokenises with the demonstrations' q01/q99, ``source`` keeps the
+    policy's own (fine-tuning without re-mapping its tokens): the tiny policy's placeholder bounds."""
+    from wmrl.embodied.policy.tiny import tiny_dataset_statistics
+    from wmrl.embodied.training.sft_config import load_sft_config
+    from wmrl.embodied.training.sft_data import action_statistics
+
+    path, demo = demo_file
+    saved = {}
+    for source in ("demos", "source"):
+        out = tmp_path / source
+        assert _sft(out, path, "epochs=1", f"data.statistics={source}") == 0
+        stats = json.loads(
+            (out / "checkpoints" / "checkpoint-3" / "policy" / "dataset_statistics.json").read_text()
+        )
+        (saved[source],) = stats.values()
+    expected_demos = action_statistics([demo])["action"]
+    (expected_source,) = tiny_dataset_statistics().values()
+    assert saved["demos"]["action"]["q99"] == pytest.approx(expected_demos["q99"])
+    assert saved["source"]["action"]["q99"] == pytest.approx(expected_source["action"]["q99"])
+    assert saved["demos"]["action"]["q99"] != pytest.approx(saved["source"]["action"]["q99"])
+    with pytest.raises(ConfigError, match=r"data\.statistics must be"):
+        load_sft_config(None, ["data.paths=[/x]", "data.statistics=mine"])
