@@ -202,3 +202,22 @@ def test_the_sampled_and_dagger_rows_are_the_recorded_evaluations():
     assert record["config"]["label_policy"] == "scripted" and record["config"]["label_mix"] == 0.3
     assert sum(e["success"] for e in record["episodes"]) == 14 and len(record["episodes"]) == 20
     assert sum(e["steps"] for e in record["episodes"]) == 4469
+
+
+def test_the_dagger_row_with_the_sources_statistics_is_the_recorded_run():
+    docs = _section()
+    run = RESULTS / "sft-128px-wrist-dagger-keepstats"
+    assert json.loads((run / "config.json").read_text())["data"]["statistics"] == "source"
+    line = next(
+        x for x in docs.splitlines() if x.startswith("| + the same DAgger round, `data.statistics=source` |")
+    )
+    epochs = json.loads((run / "epochs.json").read_text())["per_epoch_means"]
+    assert f"{epochs[0]['loss']:.2f} -> {epochs[-1]['loss']:.2f}" in line and len(epochs) == 3
+    assert f"{epochs[0]['token_accuracy']:.2f} -> {epochs[-1]['token_accuracy']:.2f}" in line
+    for name, quoted, states in (("eval_info-heldout-300steps.json", "1/10 = 10% [2, 40]", [42]),
+                                 ("eval_info-heldout-300steps-t1.json", "3/30 = 10% [3, 26]", [43, 46, 48])):  # fmt: skip
+        report = json.loads((run / name).read_text())
+        wins = [e for e in report["per_episode"] if e["success"]]
+        assert f"{len(wins)}/{report['overall']['n_episodes']}" in quoted and quoted in line
+        assert sorted(e["init_state"] for e in wins) == states
+        assert report["config"]["states"] == list(range(40, 50)) and report["config"]["max_steps"] == 300
