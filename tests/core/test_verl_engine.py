@@ -32,19 +32,24 @@ def test_the_verl_config_is_validated_without_verl():
         VerlConfig.from_env()
 
 
-@pytest.mark.verl
-def test_the_plugin_against_real_verl_in_its_environment():
+def _run_verl_env_tests(*pytest_args: str, timeout: int) -> None:
+    """Run ``tests/verl_env`` in ``.venv-verl`` with ``pytest_args``; fail with their output unless all pass."""
     env = dict(os.environ, RAY_AUTH_MODE="disabled", PYTHONDONTWRITEBYTECODE="1")
     done = subprocess.run(
-        [str(PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/verl_env"],
+        [str(PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args, "tests/verl_env"],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=timeout,
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
     assert " passed" in done.stdout and "skipped" not in done.stdout.splitlines()[-1], done.stdout[-2000:]
+
+
+@pytest.mark.verl
+def test_the_plugin_against_real_verl_in_its_environment():
+    _run_verl_env_tests(timeout=900)
 
 
 @pytest.mark.slow
@@ -52,17 +57,7 @@ def test_the_plugin_against_real_verl_in_its_environment():
 def test_a_whole_verl_step_on_cpu_in_its_environment():
     """The slow verl tests (``tests/verl_env/test_verl_cpu_step.py``: a whole PPO step with WMRL through
     ``verl.trainer.main_ppo`` and vLLM's CPU build, then a resume), which the run above deselects."""
-    env = dict(os.environ, RAY_AUTH_MODE="disabled", PYTHONDONTWRITEBYTECODE="1")
-    done = subprocess.run(
-        [str(PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "slow", "tests/verl_env"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-    )
-    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
-    assert " passed" in done.stdout and "skipped" not in done.stdout.splitlines()[-1], done.stdout[-2000:]
+    _run_verl_env_tests("-m", "slow", timeout=1500)
 
 
 def test_the_4b_example_names_factories_that_exist():

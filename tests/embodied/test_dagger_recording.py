@@ -80,24 +80,30 @@ def test_record_config_refuses_a_mix_without_a_labeller_and_out_of_range():
     assert RecordConfig(label_policy="scripted", label_mix=1.0).label_mix == 1.0
 
 
-def test_a_labelled_demo_keeps_its_labeller_in_both_formats_and_refuses_a_replay(tmp_path):
-    pytest.importorskip("h5py")
-    from wmrl.embodied.demos.libero_hdf5 import read_libero_hdf5, write_libero_hdf5
-    from wmrl.embodied.demos.replay import replay_demo
+def _book_demos(steps: int, side: int, **extra) -> list:
+    """Two demonstrations of ``steps`` blank frames: the first labelled by ``scripted``, the second not."""
     from wmrl.embodied.demos.types import Demo
 
-    demos = [
+    return [
         Demo(
             instruction="put the book in the caddy",
-            actions=np.zeros((3, 7)),
-            frames={"agentview": np.zeros((3, 8, 8, 3), np.uint8)},
+            actions=np.zeros((steps, 7)),
+            frames={"agentview": np.zeros((steps, side, side, 3), np.uint8)},
             orientation="upright",
             init_state=s,
             labelled_by=by,
-            states=np.zeros((3, 5)),
+            **extra,
         )
         for s, by in ((0, "scripted"), (1, None))
     ]
+
+
+def test_a_labelled_demo_keeps_its_labeller_in_hdf5_and_refuses_a_replay(tmp_path):
+    pytest.importorskip("h5py")
+    from wmrl.embodied.demos.libero_hdf5 import read_libero_hdf5, write_libero_hdf5
+    from wmrl.embodied.demos.replay import replay_demo
+
+    demos = _book_demos(3, 8, states=np.zeros((3, 5)))
     path = write_libero_hdf5(tmp_path / "t_demo.hdf5", demos)
     assert [d.labelled_by for d in read_libero_hdf5(path)] == ["scripted", None]
     with pytest.raises(ValueError, match="labels, not what was executed"):
@@ -107,19 +113,8 @@ def test_a_labelled_demo_keeps_its_labeller_in_both_formats_and_refuses_a_replay
 def test_the_lerobot_format_keeps_the_labeller(tmp_path):
     pytest.importorskip("imageio_ffmpeg")
     from wmrl.embodied.demos.lerobot_format import read_lerobot_dataset, write_lerobot_dataset
-    from wmrl.embodied.demos.types import Demo
 
-    demos = [
-        Demo(
-            instruction="put the book in the caddy",
-            actions=np.zeros((4, 7)),
-            frames={"agentview": np.zeros((4, 16, 16, 3), np.uint8)},
-            orientation="upright",
-            init_state=s,
-            labelled_by=by,
-        )
-        for s, by in ((0, "scripted"), (1, None))
-    ]
+    demos = _book_demos(4, 16)
     write_lerobot_dataset(tmp_path / "ds", demos)
     assert [d.labelled_by for d in read_lerobot_dataset(tmp_path / "ds")] == ["scripted", None]
 
