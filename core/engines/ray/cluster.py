@@ -27,6 +27,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 __all__ = ["LocalCluster", "LocalNode"]
 
@@ -265,7 +266,9 @@ class LocalCluster:
         want = count if count is not None else sum(1 for n in self.nodes if n.alive)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if sum(1 for n in ray.nodes() if n["Alive"]) >= want:
+            # ray.nodes() is unannotated (a stub gap, not ours)
+            nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+            if sum(1 for n in nodes if n["Alive"]) >= want:
                 return
             time.sleep(0.2)
         raise TimeoutError(f"the cluster did not show {want} alive nodes within {timeout_s:g} s")

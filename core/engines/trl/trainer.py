@@ -50,7 +50,10 @@ import trl
 from accelerate.utils import gather_object
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-from trl import GRPOConfig, GRPOTrainer
+
+# The defining modules, not trl's lazy top-level re-exports, which mypy cannot see.
+from trl.trainer.grpo_config import GRPOConfig
+from trl.trainer.grpo_trainer import GRPOTrainer
 
 from wmrl.core.completions import CompletionsTable, completion_rows, format_sample
 from wmrl.core.config import require_int
@@ -618,7 +621,8 @@ class WMRLGRPOTrainer(GRPOTrainer):
     def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
         start, before = time.perf_counter(), self._prepare_seconds
         self.on_phase("update")
-        output = super().training_step(model, inputs, num_items_in_batch)
+        # transformers' Trainer is unannotated (a stub gap, not ours)
+        output = super().training_step(model, inputs, num_items_in_batch)  # type: ignore[no-untyped-call]
         # forward + backward of this micro-batch, without the generation/scoring done inside it
         self.ledger.add("update", time.perf_counter() - start - (self._prepare_seconds - before))
         return output
@@ -636,7 +640,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
 
     def _generation_model(self) -> Any:
         """TRL's context for generating with the policy (its weights gathered and unwrapped)."""
-        from trl.models import unwrap_model_for_generation
+        from trl.models.utils import unwrap_model_for_generation
 
         return unwrap_model_for_generation(
             self.model_wrapped,
@@ -673,7 +677,8 @@ class WMRLGRPOTrainer(GRPOTrainer):
             or any(len(p) < 2 for p in prompt_ids)
         )
         if plain:
-            return super()._generate_single_turn(
+            # TRL's method is unannotated (a stub gap, not ours)
+            return super()._generate_single_turn(  # type: ignore[no-untyped-call]
                 prompt_ids, images, multimodal_fields, num_generations, has_tool_images
             )
         assert runs is not None  # runs is None makes the call plain (above)
@@ -1146,7 +1151,8 @@ class WMRLGRPOTrainer(GRPOTrainer):
         if self.pipeline.in_flight.pending or self.pipeline.in_flight.overdue:
             # a save between the drained steps (a stop): what is in flight lands for calibration only
             self.pipeline.drain(self._gathered_matrices)
-        super()._save_checkpoint(model, trial)
+        # transformers' Trainer is unannotated (a stub gap, not ours)
+        super()._save_checkpoint(model, trial)  # type: ignore[no-untyped-call]
         folder = os.path.join(
             self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         )
@@ -1170,7 +1176,8 @@ class WMRLGRPOTrainer(GRPOTrainer):
             self.pipeline.save(folder, ranks)
 
     def _load_optimizer_and_scheduler(self, checkpoint: Any) -> None:
-        super()._load_optimizer_and_scheduler(checkpoint)
+        # transformers' Trainer is unannotated (a stub gap, not ours)
+        super()._load_optimizer_and_scheduler(checkpoint)  # type: ignore[no-untyped-call]
         if checkpoint is not None:
             self.load_wmrl_state(checkpoint)
 

@@ -36,7 +36,8 @@ def _nan(value: float | None) -> float:
     return math.nan if value is None else float(value)
 
 
-class WMRLRewardManager(RewardManagerBase):
+# verl ships no type information, so its classes are Any
+class WMRLRewardManager(RewardManagerBase):  # type: ignore[misc]
     """verl ``RewardManagerBase`` named ``wmrl`` (``reward.reward_manager.name=wmrl``).
 
     Args (verl's): ``config``, ``tokenizer``, ``compute_score`` (unused: the world model scores),

@@ -72,7 +72,8 @@ def _register() -> type:
     from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
 
     @register_trainer("wmrl_sync")
-    class WMRLPPOTrainer(PPOTrainerSync):
+    # verl ships no type information, so its classes are Any
+    class WMRLPPOTrainer(PPOTrainerSync):  # type: ignore[misc]
         """verl ``PPOTrainerSync`` whose advantages come from the WMRL corrector (see the module docstring)."""
 
         def __init__(self, config: Any) -> None:

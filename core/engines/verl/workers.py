@@ -24,7 +24,8 @@ from wmrl.core.sources import collect_grades
 __all__ = ["WorldModelWorker"]
 
 
-class WorldModelWorker(Worker):
+# verl ships no type information, so its classes are Any
+class WorldModelWorker(Worker):  # type: ignore[misc]
     """A verl ``Worker`` holding one world-model source.
 
     Args:
@@ -37,7 +38,8 @@ class WorldModelWorker(Worker):
         self.source = (load_object(factory) if isinstance(factory, str) else factory)()
         self.item_field = item_field
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    # verl's decorator is unannotated
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)  # type: ignore[untyped-decorator]
     def score(self, data: DataProto) -> DataProto:
         items = list(data.non_tensor_batch[self.item_field])
         grades = collect_grades(self.source, items)
