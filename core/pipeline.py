@@ -538,6 +538,7 @@ class RewardPipeline:
         processes: Processes | None = None,
         *,
         drain: bool = False,
+        scored: Scores | None = None,
     ) -> StepResult:
         """Plan, score and correct ``groups`` (see the module docstring).
 
@@ -552,18 +553,42 @@ class RewardPipeline:
         and not awaited, the executions due at this step are consumed first, and the result's ``late``
         holds their groups with what they add to this step's update. ``drain``: wait for every execution
         in flight and run this step's own synchronously (a step that writes a checkpoint).
+
+        ``scored``: the world model's scores of the step's rollouts (flat, in ``groups``' order) when an
+        engine graded them already (verl scores in its reward loop, while rollouts finish); the pipeline's
+        world model is then not called, and only real execution runs here. Single process only.
         """
+        if scored is not None:
+            if processes is not None and processes.distributed:
+                raise ValueError(
+                    "scored= is for a single process: each rank would need the whole step's scores"
+                )
+            rollouts = sum(len(g.items) for g in groups)
+            if len(scored.wm) != rollouts:
+                raise ValueError(f"scored has {len(scored.wm)} world-model scores for {rollouts} rollouts")
         if self.asynchrony.enabled:
             if processes is not None and processes.distributed:
                 raise ValueError(
                     "asynchrony.max_anchor_lag > 0 is not supported on several processes yet: every rank would "
                     "need the landed groups of its own share; set it to 0"
                 )
-            return self._step_async(groups, in_flight, drain)
+            return self._step_async(groups, in_flight, drain, scored)
         if processes is not None and processes.distributed:
             return self._step_ranks(groups, in_flight, processes)
         keys, tasks, width, items, cells, solution_keys = self._layout(groups)
-        if self.plans_after_scoring and self._can_stream():
+        if scored is not None:  # the world model graded already: plan, then execute
+            scores = scored
+            wm_matrix = self._matrix(groups, scores.wm, width) if self.plans_after_scoring else None
+            plan = self.plan(keys, tasks, wm_matrix, in_flight, width, solution_keys)
+            scores.take_real(
+                self.score(
+                    items,
+                    plan.execute_mask(width)[cells],
+                    world_model=False,
+                    repeat_rows=plan.repeat_mask(width)[cells],
+                )
+            )
+        elif self.plans_after_scoring and self._can_stream():
             scores, plan = self._score_streamed(items, keys, tasks, width, cells, solution_keys, in_flight)
         elif self.plans_after_scoring:  # these plans read the world model's scores first
             scores = self.score(items, anchor=False)
@@ -623,12 +648,14 @@ class RewardPipeline:
             solution_keys[cells] = flat_keys
         return keys, tasks, width, items, cells, solution_keys
 
-    def _step_async(self, groups: Sequence[Group], in_flight: int, drain: bool) -> StepResult:
+    def _step_async(
+        self, groups: Sequence[Group], in_flight: int, drain: bool, scored: Scores | None = None
+    ) -> StepResult:
         """:meth:`step` with executions off the critical path (see :mod:`wmrl.core.late`)."""
         keys, tasks, width, items, cells, solution_keys = self._layout(groups)
         now = self.corrector.step_count
         late, late_metrics = self.land_due(None if drain else now)
-        scores = self.score(items, anchor=False)
+        scores = self.score(items, anchor=False) if scored is None else scored
         wm = self._matrix(groups, scores.wm, width)
         plan = self.corrector.plan(
             keys,

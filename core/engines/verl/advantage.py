@@ -24,11 +24,20 @@ import numpy.typing as npt
 
 from wmrl.core.corrector import Correction
 from wmrl.core.pipeline import RewardPipeline
+from wmrl.core.rollouts import Group
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["RowCorrection", "compute_wmrl_advantage", "correct_rows", "publish", "published"]
+__all__ = [
+    "RowAdvantages",
+    "RowCorrection",
+    "compute_wmrl_advantage",
+    "correct_rows",
+    "publish",
+    "published",
+    "row_groups",
+]
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,22 @@ def _groups(uids: Sequence[Any]) -> tuple[list[str], npt.NDArray[Any], npt.NDArr
         group_of[i], slot[i] = g, sizes[g]
         sizes[g] += 1
     return list(keys), group_of, slot
+
+
+def row_groups(
+    uids: Sequence[Any], items: Sequence[Any], step: int
+) -> tuple[list[Group], npt.NDArray[Any], npt.NDArray[Any]]:
+    """A batch's rows as the pipeline's groups: ``(groups, group_of, slot)``, group keys ``<uid>@<step>``
+    in first-appearance order, each group's items in row order; ``group_of`` / ``slot`` ``(B,)``: each
+    row's group and its place in it (the corrector's matrices are ``[group_of, slot]``)."""
+    if len(items) != len(uids):
+        raise ValueError(f"uids and items must have one entry per row; got {len(uids)} and {len(items)}")
+    keys, group_of, slot = _groups(uids)
+    members: list[list[Any]] = [[] for _ in keys]
+    for i, item in enumerate(items):
+        members[int(group_of[i])].append(item)
+    groups = [Group(f"{key}@{step}", members[g]) for g, key in enumerate(keys)]
+    return groups, group_of, slot
 
 
 def correct_rows(
@@ -133,18 +158,28 @@ def correct_rows(
     )
 
 
-_published: RowCorrection | None = None
+@dataclass(frozen=True)
+class RowAdvantages:
+    """What the ``wmrl`` estimator applies to a batch: ``uids`` ``(B,)`` in batch order and one
+    ``advantages`` ``(B,)`` per row (NaN: none; the row leaves the loss). A :class:`RowCorrection` is
+    one; an asynchronous step publishes its rows' own and the late rows' advantages."""
+
+    uids: npt.NDArray[Any]
+    advantages: npt.NDArray[Any]
+
+
+_published: RowCorrection | RowAdvantages | None = None
 _lock = threading.Lock()
 
 
-def publish(rows: RowCorrection | None) -> None:
+def publish(rows: RowCorrection | RowAdvantages | None) -> None:
     """Make ``rows`` the batch the ``wmrl`` estimator applies (``None``: none)."""
     global _published
     with _lock:
         _published = rows
 
 
-def published() -> RowCorrection | None:
+def published() -> RowCorrection | RowAdvantages | None:
     with _lock:
         return _published
 
