@@ -67,6 +67,21 @@ class ClosedFormAnchor:
         return [zlib.crc32(t.encode()) % 10 / 10 for t in items]
 
 
+class SlowAnchor(ClosedFormAnchor):
+    """:class:`ClosedFormAnchor` that takes ``$WMRL_CPU_STEP_ANCHOR_S`` seconds a call: an execution with
+    a latency (``benchmarks/verl_async_cpu.py``)."""
+
+    name = "slow-crc-anchor"
+
+    def score(self, items):
+        time.sleep(float(os.environ.get("WMRL_CPU_STEP_ANCHOR_S", "0")))
+        return super().score(items)
+
+
+def make_slow_anchor():
+    return SlowAnchor()
+
+
 def make_world_model():
     return CountingWorldModel()
 
@@ -75,9 +90,12 @@ def make_anchor():
     return ClosedFormAnchor()
 
 
-def build_assets(folder: Path, max_anchor_lag: int = 0) -> tuple[Path, Path, Path]:
+def build_assets(
+    folder: Path, max_anchor_lag: int = 0, anchor: str = "make_anchor"
+) -> tuple[Path, Path, Path]:
     """A tiny random Qwen2 (head_dim 64: vLLM-CPU's attention needs it), the tiny tokenizer, four prompts,
-    and the WMRL config (``max_anchor_lag``: its asynchrony): ``(model folder, train parquet, wmrl config)``."""
+    and the WMRL config (``max_anchor_lag``: its asynchrony; ``anchor``: this module's anchor factory):
+    ``(model folder, train parquet, wmrl config)``."""
     import pandas as pd
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -129,7 +147,7 @@ def build_assets(folder: Path, max_anchor_lag: int = 0) -> tuple[Path, Path, Pat
         json.dumps(
             {
                 "world_model": f"{MODULE}:make_world_model",
-                "anchor": f"{MODULE}:make_anchor",
+                "anchor": f"{MODULE}:{anchor}",
                 "corrector": {
                     "scheduler": {"fraction": 0.5, "floor": 1},
                     "debias": {"min_pairs": 2},
