@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.steps < 3:
         parser.error("--steps must be >= 3: the first and the last steps are reported apart")
-    out = Path(args.out)
+    out = Path(args.out).resolve()  # the launch runs in its own folder: every path absolute
     runs = []
     for repeat in range(args.repeats):
         for lag in (0, 1):  # alternated, so that load falls on both alike

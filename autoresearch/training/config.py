@@ -20,8 +20,7 @@ from typing import ClassVar, Literal
 from wmrl.autoresearch.agent.episode import EpisodeConfig
 from wmrl.autoresearch.training.warm_specs import WARM_SPECS
 from wmrl.autoresearch.worldmodel.model import WorldModelConfig
-from wmrl.core.config import require
-from wmrl.core.config import require_int as _positive_int
+from wmrl.core.config import require, require_int
 from wmrl.core.corrector import CorrectorConfig
 from wmrl.core.debias import DebiasConfig
 from wmrl.core.engines.ray.config import RayPoolConfig
@@ -103,9 +102,9 @@ class TasksSection:
         )
         require(len(set(self.ids)) == len(self.ids), f"tasks.ids has duplicates: {list(self.ids)}")
         if self.limit is not None:
-            _positive_int(self.limit, "tasks.limit")
-        _positive_int(self.prompts_per_task, "tasks.prompts_per_task")
-        _positive_int(self.overview_tokens, "tasks.overview_tokens", 150)
+            require_int(self.limit, "tasks.limit")
+        require_int(self.prompts_per_task, "tasks.prompts_per_task")
+        require_int(self.overview_tokens, "tasks.overview_tokens", 150)
 
 
 @dataclass(frozen=True)
@@ -149,9 +148,9 @@ class SandboxSection:
             f"sandbox.time_limit_s must be > 0 or null; got {self.time_limit_s}",
         )
         if self.memory_limit_mb is not None:
-            _positive_int(self.memory_limit_mb, "sandbox.memory_limit_mb", 64)
-        _positive_int(self.workers, "sandbox.workers")
-        _positive_int(self.gpus_per_slot, "sandbox.gpus_per_slot")
+            require_int(self.memory_limit_mb, "sandbox.memory_limit_mb", 64)
+        require_int(self.workers, "sandbox.workers")
+        require_int(self.gpus_per_slot, "sandbox.gpus_per_slot")
         require(
             all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in self.gpus)
             and len(set(self.gpus)) == len(self.gpus),
@@ -262,9 +261,9 @@ class GRPOSection:
 
     def __post_init__(self) -> None:
         if self.max_completion_tokens is not None:
-            _positive_int(self.max_completion_tokens, "grpo.max_completion_tokens", 8)
+            require_int(self.max_completion_tokens, "grpo.max_completion_tokens", 8)
         if self.micro_batch_size is not None:
-            _positive_int(self.micro_batch_size, "grpo.micro_batch_size", 1)
+            require_int(self.micro_batch_size, "grpo.micro_batch_size", 1)
         require(self.temperature > 0, f"grpo.temperature must be > 0; got {self.temperature}")
         require(0 < self.top_p <= 1, f"grpo.top_p must be in (0, 1]; got {self.top_p}")
         require(self.beta >= 0, f"grpo.beta must be >= 0; got {self.beta}")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from wmrl.core.config import load_config, require
+from wmrl.core.config import load_config, require, require_int
 from wmrl.core.corrector import CorrectorConfig
 from wmrl.core.engines.ray.config import RayPoolConfig
 from wmrl.core.modes import Mode
@@ -32,13 +32,6 @@ __all__ = ["PRESETS", "EmbodiedTrainConfig", "EnvSpec", "PPOConfig", "PolicySpec
 _LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-def _positive_int(name: str, value: Any, low: int = 1) -> None:
-    require(
-        isinstance(value, int) and not isinstance(value, bool) and value >= low,
-        f"{name} must be an integer >= {low}; got {value!r}",
-    )
-
-
 def check_loading(policy: Any) -> None:
     """The checks of how a policy is loaded, shared by the RL and SFT ``policy`` sections
     (``dtype``, ``checkpoint_step``, ``jpeg_quality``)."""
@@ -51,7 +44,7 @@ def check_loading(policy: Any) -> None:
         "policy.wrist_camera must name a camera (robot0_eye_in_hand) or be null",
     )
     if policy.checkpoint_step is not None:
-        _positive_int("policy.checkpoint_step", policy.checkpoint_step, 0)
+        require_int(policy.checkpoint_step, "policy.checkpoint_step", 0)
     if policy.jpeg_quality is not None:
         require(
             isinstance(policy.jpeg_quality, int) and 1 <= policy.jpeg_quality <= 100,
@@ -187,17 +180,17 @@ class EnvSpec:
                 len(set(self.states)) == len(self.states), f"env.states must not repeat; got {self.states}"
             )
         if self.max_episode_steps is not None:
-            _positive_int("env.max_episode_steps", self.max_episode_steps)
-        _positive_int("env.settle_steps", self.settle_steps, 0)
+            require_int(self.max_episode_steps, "env.max_episode_steps")
+        require_int(self.settle_steps, "env.settle_steps", 0)
         require(bool(self.camera) and "," not in self.camera, "env.camera must be one camera name")
         if self.image_size is not None:
-            _positive_int("env.image_size", self.image_size, 8)
+            require_int(self.image_size, "env.image_size", 8)
         if self.orientation is not None:
             from wmrl.embodied.env.images import check_orientation
 
             check_orientation(self.orientation)
-        _positive_int("env.workers", self.workers, 0)
-        _positive_int("env.frame_stride", self.frame_stride)
+        require_int(self.workers, "env.workers", 0)
+        require_int(self.frame_stride, "env.frame_stride")
         if self.simulators == "ray":
             require(
                 self.workers >= 1 and self.ray.slots == self.workers,
@@ -247,15 +240,15 @@ class PPOConfig:
     drop_zero_advantage: bool = True
 
     def __post_init__(self) -> None:
-        _positive_int("ppo.epochs", self.epochs)
-        _positive_int("ppo.minibatch_size", self.minibatch_size)
-        _positive_int("ppo.microbatch_size", self.microbatch_size)
+        require_int(self.epochs, "ppo.epochs")
+        require_int(self.minibatch_size, "ppo.minibatch_size")
+        require_int(self.microbatch_size, "ppo.microbatch_size")
         require(
             self.microbatch_size <= self.minibatch_size,
             f"ppo.microbatch_size ({self.microbatch_size}) must be <= ppo.minibatch_size ({self.minibatch_size})",
         )
         if self.timesteps_per_episode is not None:
-            _positive_int("ppo.timesteps_per_episode", self.timesteps_per_episode)
+            require_int(self.timesteps_per_episode, "ppo.timesteps_per_episode")
         require(0 < self.clip_low < 1, f"ppo.clip_low must be in (0, 1); got {self.clip_low}")
         require(self.clip_high > 0, f"ppo.clip_high must be > 0; got {self.clip_high}")
         require(self.kl_beta >= 0, f"ppo.kl_beta must be >= 0; got {self.kl_beta}")
@@ -339,7 +332,7 @@ class EmbodiedTrainConfig(TrainConfigBase):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.torch_threads is not None:
-            _positive_int("torch_threads", self.torch_threads)
+            require_int(self.torch_threads, "torch_threads")
         require(
             self.lora.last_layers == 0,
             "lora.last_layers is not supported by the MiniVLA policy's adapters: set 0 (every layer)",

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from wmrl.core.config import load_config, require, to_dict
+from wmrl.core.config import load_config, require, require_int, to_dict
 from wmrl.core.train_config import (
     RESUMABLE,
     CheckpointConfig,
@@ -29,7 +29,6 @@ from wmrl.core.train_config import (
 )
 from wmrl.embodied.env.suites import DEFAULT_SUITE, SUITE_NUM_TASKS, check_suite
 from wmrl.embodied.training.config import _LORA_TARGETS, check_loading
-from wmrl.embodied.training.config import _positive_int as _int
 
 __all__ = [
     "PRESETS",
@@ -163,12 +162,12 @@ class SFTDataConfig:
             "data.replay needs the demonstrations' MuJoCo states, which LeRobot datasets do not store; "
             "set data.replay=false (the stored frames are used)",
         )
-        _int("data.settle_steps", self.settle_steps, 0)
+        require_int(self.settle_steps, "data.settle_steps", 0)
         check_orientation(self.orientation)
         if self.stored_orientation is not None:
             check_orientation(self.stored_orientation)
         if self.image_size is not None:
-            _int("data.image_size", self.image_size, 8)
+            require_int(self.image_size, "data.image_size", 8)
 
 
 @dataclass(frozen=True)
@@ -192,11 +191,11 @@ class SFTEvalConfig:
 
     def __post_init__(self) -> None:
         if self.every_epochs is not None:
-            _int("evaluation.every_epochs", self.every_epochs, 1)
-        _int("evaluation.rollouts_per_state", self.rollouts_per_state, 1)
-        _int("evaluation.workers", self.workers, 0)
+            require_int(self.every_epochs, "evaluation.every_epochs", 1)
+        require_int(self.rollouts_per_state, "evaluation.rollouts_per_state", 1)
+        require_int(self.workers, "evaluation.workers", 0)
         if self.max_steps is not None:
-            _int("evaluation.max_steps", self.max_steps, 1)
+            require_int(self.max_steps, "evaluation.max_steps", 1)
 
 
 def _lora() -> LoraConfig:
@@ -247,15 +246,15 @@ class EmbodiedSFTConfig:
     torch_threads: int | None = None
 
     def __post_init__(self) -> None:
-        _int("epochs", self.epochs, 1)
+        require_int(self.epochs, "epochs", 1)
         require(
             self.lora.last_layers == 0,
             "lora.last_layers is not supported by the MiniVLA policy's adapters: set 0 (every layer)",
         )
         require(self.learning_rate > 0, f"learning_rate must be > 0; got {self.learning_rate}")
-        _int("seed", self.seed, 0)
-        _int("microbatch_size", self.microbatch_size, 1)
-        _int("grad_accumulation", self.grad_accumulation, 1)
+        require_int(self.seed, "seed", 0)
+        require_int(self.microbatch_size, "microbatch_size", 1)
+        require_int(self.grad_accumulation, "grad_accumulation", 1)
         require(self.weight_decay >= 0, f"weight_decay must be >= 0; got {self.weight_decay}")
         require(
             self.max_grad_norm is None or self.max_grad_norm > 0,
@@ -263,7 +262,7 @@ class EmbodiedSFTConfig:
         )
         require(not self.logging.completions, "logging.completions: SFT has no rollouts to tabulate")
         if self.torch_threads is not None:
-            _int("torch_threads", self.torch_threads, 1)
+            require_int(self.torch_threads, "torch_threads", 1)
 
     @property
     def samples_per_step(self) -> int:

@@ -25,7 +25,7 @@ from typing import Literal
 
 import numpy as np
 
-from wmrl.core.config import require
+from wmrl.core.config import require, require_int
 
 __all__ = ["SCORE_MODES", "ScoreConfig", "ScoreError", "ScoreMode", "episode_score"]
 
@@ -53,10 +53,7 @@ class ScoreConfig:
 
     def __post_init__(self) -> None:
         require(self.mode in SCORE_MODES, f"score mode must be one of {SCORE_MODES}; got {self.mode!r}")
-        require(
-            isinstance(self.k, int) and not isinstance(self.k, bool) and self.k >= 1,
-            f"k (frames averaged at each end) must be an integer >= 1; got {self.k!r}",
-        )
+        require_int(self.k, "k (frames averaged at each end)")
 
     @property
     def value_range(self) -> tuple[float, float]:

@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wmrl.core.config import load_config, require, to_dict
+from wmrl.core.config import load_config, require, require_int, to_dict
 from wmrl.core.train_config import LoggingConfig
-from wmrl.embodied.training.config import _positive_int as _int
 
 __all__ = ["PRESETS", "WorldModelTrainConfig", "load_wm_config"]
 
@@ -75,17 +74,17 @@ class WorldModelTrainConfig:
     def __post_init__(self) -> None:
         require(len(self.paths) > 0, "paths must name at least one HDF5 file or folder of episodes")
         require(bool(self.init), "init must be 'tiny' or a Robometer checkpoint folder")
-        _int("patch_size", self.patch_size, 2)
+        require_int(self.patch_size, "patch_size", 2)
         require(
             self.patch_size == 16 or self.init == "tiny",
             "patch_size is the tiny model's; a checkpoint (init=FOLDER) keeps its own vision tower",
         )
         require(bool(self.camera), "camera must name the camera the world model watches")
-        _int("num_frames", self.num_frames, 2)
-        _int("windows_per_episode", self.windows_per_episode, 1)
+        require_int(self.num_frames, "num_frames", 2)
+        require_int(self.windows_per_episode, "windows_per_episode", 1)
         require(0 < self.min_window <= 1, f"min_window must be in (0, 1]; got {self.min_window}")
-        _int("epochs", self.epochs, 1)
-        _int("batch_size", self.batch_size, 1)
+        require_int(self.epochs, "epochs", 1)
+        require_int(self.batch_size, "batch_size", 1)
         require(self.learning_rate > 0, f"learning_rate must be > 0; got {self.learning_rate}")
         require(self.weight_decay >= 0, f"weight_decay must be >= 0; got {self.weight_decay}")
         require(
@@ -98,11 +97,11 @@ class WorldModelTrainConfig:
             and self.progress_weight + self.success_weight > 0,
             "progress_weight and success_weight must be >= 0 and not both 0",
         )
-        _int("seed", self.seed, 0)
-        _int("bootstrap", self.bootstrap, 0)
+        require_int(self.seed, "seed", 0)
+        require_int(self.bootstrap, "bootstrap", 0)
         require(not self.logging.completions, "logging.completions: this stage has no rollouts to tabulate")
         if self.torch_threads is not None:
-            _int("torch_threads", self.torch_threads, 1)
+            require_int(self.torch_threads, "torch_threads", 1)
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)
