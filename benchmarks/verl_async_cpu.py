@@ -2,15 +2,18 @@
 
 The launch of ``tests/verl_env/test_verl_cpu_step.py`` (``python -m verl.trainer.main_ppo`` with WMRL's
 ``wmrl_sync`` trainer, a tiny random Qwen2, rollouts through vLLM's CPU build), with an anchor whose
-every call takes ``--latency`` seconds (an execution with a latency: :class:`SlowAnchor`), run with
-``max_anchor_lag = 0`` and ``= 1`` for ``--steps`` steps (one checkpoint, at the last step, which
-drains), alternately ``--repeats`` times. Measured per run: verl's own ``timing_s/step`` of each step
+every call takes ``--latency`` seconds (an execution with a latency: :class:`SlowAnchor`), run in each
+of ``--arms`` (``LAG:WORKERS``: ``corrector.asynchrony.max_anchor_lag`` and ``.workers``; ``0:1`` is
+synchronous) for ``--steps`` steps (one checkpoint, at the last step, which drains), the arms
+alternated ``--repeats`` times. Measured per run: verl's own ``timing_s/step`` of each step
 and the seconds the trainer waited on executions in flight (``async/wait_s``). The steps compared
-are the middle ones: the first (warm-up, nothing lands) and the last (it drains) are reported apart.
+are the steady ones, from the first at which executions land (the first step warms up) to the one
+before the last (which drains); the first and the last are reported apart.
 
 Run it in ``.venv-verl`` (``bash .ci/setup`` builds it):
 
-    .venv-verl/bin/python benchmarks/verl_async_cpu.py --out runs/verl-async-cpu --latency 8 --steps 6 --repeats 2
+    .venv-verl/bin/python benchmarks/verl_async_cpu.py --out runs/verl-async-cpu --latency 8 --steps 6 \
+        --repeats 2 --arms 0:1,1:1,2:2
 """
 
 from __future__ import annotations
@@ -29,11 +32,11 @@ sys.path.insert(0, str(ROOT / "tests" / "verl_env"))
 import test_verl_cpu_step as launch_kit  # noqa: E402  (the launch the slow test runs)
 
 
-def run_arm(folder: Path, lag: int, steps: int, latency: float) -> dict:
+def run_arm(folder: Path, lag: int, workers: int, steps: int, latency: float) -> dict:
     """One launch: its exit code, each step's ``timing_s/step`` and ``async/wait_s``, the log's path."""
     folder.mkdir(parents=True, exist_ok=True)
     model_dir, train, wmrl_config = launch_kit.build_assets(
-        folder, max_anchor_lag=lag, anchor="make_slow_anchor"
+        folder, max_anchor_lag=lag, anchor="make_slow_anchor", workers=workers
     )
     epochs = -(-steps // 2)  # two batches of two prompts per epoch
     ray_tmp = Path(tempfile.mkdtemp(prefix="wr-", dir="/tmp"))
@@ -49,6 +52,7 @@ def run_arm(folder: Path, lag: int, steps: int, latency: float) -> dict:
     metrics = launch_kit.step_metrics(log)
     return {
         "lag": lag,
+        "workers": workers,
         "exit_code": code,
         "steps": sorted(metrics),
         "step_s": [metrics[s].get("timing_s/step") for s in sorted(metrics)],
@@ -64,15 +68,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency", type=float, default=8.0, help="seconds each anchor call takes")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--arms", default="0:1,1:1", help="LAG:WORKERS,... (0:1 is synchronous)")
     args = parser.parse_args(argv)
-    if args.steps < 3:
-        parser.error("--steps must be >= 3: the first and the last steps are reported apart")
+    try:
+        arms = [tuple(int(x) for x in arm.split(":")) for arm in args.arms.split(",")]
+    except ValueError:
+        parser.error(f"--arms takes LAG:WORKERS pairs such as 0:1,1:1; got {args.arms!r}")
+    if any(len(arm) != 2 or arm[0] < 0 or arm[1] < 1 for arm in arms):
+        parser.error(f"--arms takes LAG:WORKERS pairs with LAG >= 0 and WORKERS >= 1; got {args.arms!r}")
+    if args.steps < 2 + max(lag for lag, _ in arms):
+        parser.error("--steps must exceed every arm's lag + 1: the steady steps lie between")
     out = Path(args.out).resolve()  # the launch runs in its own folder: every path absolute
     runs = []
     for repeat in range(args.repeats):
-        for lag in (0, 1):  # alternated, so that load falls on both alike
-            print(f"repeat {repeat}, max_anchor_lag={lag} ...", flush=True)
-            run = run_arm(out / f"lag{lag}-r{repeat}", lag, args.steps, args.latency)
+        for lag, workers in arms:  # alternated, so that load falls on every arm alike
+            name = f"lag{lag}-w{workers}"
+            print(f"repeat {repeat}, {name} ...", flush=True)
+            run = run_arm(out / f"{name}-r{repeat}", lag, workers, args.steps, args.latency)
             run["repeat"] = repeat
             if run["exit_code"] != 0 or len(run["steps"]) != args.steps:
                 raise SystemExit(
@@ -80,20 +92,24 @@ def main(argv: list[str] | None = None) -> int:
                 )
             runs.append(run)
             print(f"  step s: {[round(s, 2) for s in run['step_s']]}", flush=True)
-    summary = {}
-    for lag in (0, 1):
-        middle = [s for r in runs if r["lag"] == lag for s in r["step_s"][1:-1]]
-        waits = [w or 0.0 for r in runs if r["lag"] == lag for w in r["wait_s"][1:-1]]
-        summary[f"lag{lag}"] = {
+    summary: dict = {}
+    for lag, workers in arms:
+        mine = [r for r in runs if (r["lag"], r["workers"]) == (lag, workers)]
+        # steady state: from the first step at which executions land (the first step warms up), the last
+        # (it drains) apart
+        start = max(lag, 1)
+        middle = [s for r in mine for s in r["step_s"][start:-1]]
+        summary[f"lag{lag}-w{workers}"] = {
             "middle_step_s_mean": statistics.mean(middle),
             "middle_step_s": middle,
-            "first_step_s": [r["step_s"][0] for r in runs if r["lag"] == lag],
-            "last_step_s": [r["step_s"][-1] for r in runs if r["lag"] == lag],
-            "middle_wait_s_mean": statistics.mean(waits),
+            "first_step_s": [r["step_s"][0] for r in mine],
+            "last_step_s": [r["step_s"][-1] for r in mine],
+            "middle_wait_s_mean": statistics.mean([w or 0.0 for r in mine for w in r["wait_s"][start:-1]]),
         }
-    summary["middle_step_ratio_sync_over_async"] = (
-        summary["lag0"]["middle_step_s_mean"] / summary["lag1"]["middle_step_s_mean"]
-    )
+    if (0, 1) in arms:  # each arm's middle step against the synchronous one
+        sync = summary["lag0-w1"]["middle_step_s_mean"]
+        for arm in summary.values():
+            arm["sync_over_this"] = sync / arm["middle_step_s_mean"]
     result = {
         "latency_s": args.latency,
         "steps": args.steps,

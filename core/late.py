@@ -43,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wmrl.core.advantages import AdvantageConfig, group_advantages
-from wmrl.core.config import require
+from wmrl.core.config import require, require_int
 
 __all__ = [
     "ASYNC_METRICS",
@@ -94,6 +94,12 @@ class AsynchronyConfig:
         overdue_after_s: the longest a step waits for executions due at it (seconds; ``None``: as long
             as they take, which keeps the run deterministic). Later results are used for
             calibration and the memory only.
+        workers: how many steps' execution passes may run at once. With 1 (the default) they run one
+            after another, so a step lasts at least one pass, whatever the lag: asynchrony then hides
+            the rest of the step behind the executions, not the executions behind each other. More
+            lets ``max_anchor_lag`` passes overlap (``d`` steps' executions in flight at once, a step
+            down to a ``d``-th of a pass); the anchor source must then be safe to call from several
+            threads at once. Landing stays at fixed steps, so a run is as deterministic as with 1.
     """
 
     max_anchor_lag: int = 0
@@ -101,6 +107,7 @@ class AsynchronyConfig:
     # rollouts (docs/benchmarks/method.md, "Asynchronous anchors")
     late_update: LateUpdate = "executed"
     overdue_after_s: float | None = None
+    workers: int = 1
 
     def __post_init__(self) -> None:
         require(
@@ -118,6 +125,8 @@ class AsynchronyConfig:
             or (isinstance(self.overdue_after_s, (int, float)) and self.overdue_after_s > 0),
             f"asynchrony.overdue_after_s must be None or > 0 seconds; got {self.overdue_after_s!r}",
         )
+
+        require_int(self.workers, "asynchrony.workers")
 
     @property
     def enabled(self) -> bool:
@@ -234,19 +243,21 @@ def running_keys(solution_keys: Array | None, executed: Array) -> frozenset[str]
 class AnchorsInFlight:
     """The executions a run has submitted and not consumed yet, oldest first.
 
-    One worker thread runs them in submission order (an anchor source need not be thread-safe: it is
-    never called by two threads at once, since the synchronous path waits for this queue to be empty
-    before it executes).
+    ``workers`` threads run them in submission order. With one (the default) an anchor source need not
+    be thread-safe: it is never called by two threads at once, since the synchronous path waits for
+    this queue to be empty before it executes. With more, several steps' passes run at once
+    (``AsynchronyConfig.workers``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, workers: int = 1) -> None:
+        self.workers = workers
         self._pool: ThreadPoolExecutor | None = None
         self.pending: list[InFlight] = []
         self.overdue: list[InFlight] = []
 
     def submit(self, work: Callable[[], Any]) -> Future[Any]:
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wmrl-anchors")
+            self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="wmrl-anchors")
         return self._pool.submit(work)
 
     def add(self, entry: InFlight) -> None:

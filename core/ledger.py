@@ -16,6 +16,7 @@ and the report says so.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -38,8 +39,13 @@ class StreamCost:
         return getattr(self, field) / self.items if self.items else None
 
 
+#: one lock for every ledger's bookings (a module lock, not an attribute: a ledger stays picklable)
+_BOOKING = threading.Lock()
+
+
 class CostLedger:
-    """Accumulates costs per stream; thread-safe enough for one writer per stream."""
+    """Accumulates costs per stream; safe to book from several threads (asynchronous execution passes
+    run on worker threads, several at once with ``asynchrony.workers > 1``)."""
 
     STREAMS = ("world_model", "anchor", "generation", "update")
 
@@ -52,12 +58,13 @@ class CostLedger:
     def add(self, stream: str, wall_s: float, items: int = 0, accelerators: float | None = None) -> None:
         if wall_s < 0 or items < 0:
             raise ValueError(f"costs must be >= 0; got wall_s={wall_s}, items={items}")
-        cost = self.streams.setdefault(stream, StreamCost())
         held = self.accelerators.get(stream, 0.0) if accelerators is None else accelerators
-        cost.wall_s += wall_s
-        cost.accel_s += wall_s * held
-        cost.items += items
-        cost.calls += 1
+        with _BOOKING:
+            cost = self.streams.setdefault(stream, StreamCost())
+            cost.wall_s += wall_s
+            cost.accel_s += wall_s * held
+            cost.items += items
+            cost.calls += 1
 
     @contextmanager
     def measure(self, stream: str, items: int = 0, accelerators: float | None = None) -> Iterator[None]:

@@ -311,7 +311,7 @@ class RewardPipeline:
                 "asynchrony.max_anchor_lag > 0 holds real executions in flight, but mode 'world_model' "
                 "executes nothing: set it to 0"
             )
-        self.in_flight = AnchorsInFlight()
+        self.in_flight = AnchorsInFlight(self.asynchrony.workers)
 
     def _check_sources(self, world_model: Any, anchor: Any) -> None:
         mode = self.mode.value

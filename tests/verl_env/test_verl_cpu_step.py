@@ -91,10 +91,11 @@ def make_anchor():
 
 
 def build_assets(
-    folder: Path, max_anchor_lag: int = 0, anchor: str = "make_anchor"
+    folder: Path, max_anchor_lag: int = 0, anchor: str = "make_anchor", workers: int = 1
 ) -> tuple[Path, Path, Path]:
     """A tiny random Qwen2 (head_dim 64: vLLM-CPU's attention needs it), the tiny tokenizer, four prompts,
-    and the WMRL config (``max_anchor_lag``: its asynchrony; ``anchor``: this module's anchor factory):
+    and the WMRL config (``max_anchor_lag``, ``workers``: its asynchrony; ``anchor``: this module's anchor
+    factory):
     ``(model folder, train parquet, wmrl config)``."""
     import pandas as pd
     import torch
@@ -152,7 +153,7 @@ def build_assets(
                     "scheduler": {"fraction": 0.5, "floor": 1},
                     "debias": {"min_pairs": 2},
                     "fusion": {"min_groups": 1},
-                    "asynchrony": {"max_anchor_lag": max_anchor_lag},
+                    "asynchrony": {"max_anchor_lag": max_anchor_lag, "workers": workers},
                 },
             }
         )
