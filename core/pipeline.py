@@ -576,25 +576,14 @@ class RewardPipeline:
         if processes is not None and processes.distributed:
             return self._step_ranks(groups, in_flight, processes)
         keys, tasks, width, items, cells, solution_keys = self._layout(groups)
-        if scored is not None:  # the world model graded already: plan, then execute
-            scores = scored
+        if scored is None and self.plans_after_scoring and self._can_stream():
+            scores, plan = self._score_streamed(items, keys, tasks, width, cells, solution_keys, in_flight)
+        elif scored is not None or self.plans_after_scoring:
+            # the world model grades first (or graded already, ``scored``), then the plan reads its
+            # scores where it plans after scoring, then the chosen rollouts are executed
+            scores = self.score(items, anchor=False) if scored is None else scored
             wm_matrix = self._matrix(groups, scores.wm, width) if self.plans_after_scoring else None
             plan = self.plan(keys, tasks, wm_matrix, in_flight, width, solution_keys)
-            scores.take_real(
-                self.score(
-                    items,
-                    plan.execute_mask(width)[cells],
-                    world_model=False,
-                    repeat_rows=plan.repeat_mask(width)[cells],
-                )
-            )
-        elif self.plans_after_scoring and self._can_stream():
-            scores, plan = self._score_streamed(items, keys, tasks, width, cells, solution_keys, in_flight)
-        elif self.plans_after_scoring:  # these plans read the world model's scores first
-            scores = self.score(items, anchor=False)
-            plan = self.plan(
-                keys, tasks, self._matrix(groups, scores.wm, width), in_flight, width, solution_keys
-            )
             scores.take_real(
                 self.score(
                     items,

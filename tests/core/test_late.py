@@ -163,6 +163,17 @@ def test_a_steps_executions_land_exactly_lag_steps_later():
     pipe.close()
 
 
+def _trace(results) -> list:
+    """A run's advantages and late updates, step by step, comparable with ``==`` (NaN as 9)."""
+    return [
+        (
+            np.nan_to_num(r.advantages, nan=9.0).tolist(),
+            [np.nan_to_num(late.advantages, nan=9.0).tolist() for late in r.late],
+        )
+        for r in results
+    ]
+
+
 def test_the_run_is_the_same_whatever_the_executions_timing():
     """Landing at a fixed step keeps the run deterministic: random execution times change nothing."""
     runs = []
@@ -170,15 +181,7 @@ def test_the_run_is_the_same_whatever_the_executions_timing():
         jitter = random.Random(seed)
         pipe, _ = _pipeline(2, sleep=lambda jitter=jitter: jitter.uniform(0.0, 0.08))
         results = _run(pipe)
-        runs.append(
-            [
-                (
-                    np.nan_to_num(r.advantages, nan=9.0).tolist(),
-                    [np.nan_to_num(late.advantages, nan=9.0).tolist() for late in r.late],
-                )
-                for r in results
-            ]
-        )
+        runs.append(_trace(results))
         pipe.close()
     assert runs[0] == runs[1]
 
@@ -204,14 +207,7 @@ def _concurrency_of(workers: int) -> tuple[int, list]:
     )
     results = _run(pipe)
     pipe.close()
-    trace = [
-        (
-            np.nan_to_num(r.advantages, nan=9.0).tolist(),
-            [np.nan_to_num(x.advantages, nan=9.0).tolist() for x in r.late],
-        )
-        for r in results
-    ]
-    return most[0], trace
+    return most[0], _trace(results)
 
 
 def test_several_workers_overlap_the_passes_of_several_steps_and_change_nothing_else():

@@ -11,8 +11,8 @@ sees them as rows of its own batch: their ``old_log_probs`` are recomputed at th
 weights against the kept rollout log-probabilities apply to them as to every row), and their
 advantage is the late one the corrector computed.
 
-The TransferQueue calls are passed in (``fetch``, ``put``), so the bookkeeping is tested without a
-TransferQueue; the trainer passes verl's.
+The TransferQueue read is passed in (``fetch``), so the bookkeeping is tested without a
+TransferQueue; the trainer passes verl's and writes the due rows back itself (``put_late_rows``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from wmrl.core.engines.verl.advantage import row_groups
 from wmrl.core.late import LateGroups
+from wmrl.core.pipeline import Scores
 
 __all__ = ["AsynchronousStep", "KeptRow", "LateRow", "LateRows", "asynchronous_step", "late_key"]
 
@@ -163,11 +167,6 @@ def asynchronous_step(
         drain: wait for everything in flight and execute this batch's rows synchronously.
         fetch: ``keys -> their fields`` from TransferQueue.
     """
-    import numpy as np
-
-    from wmrl.core.engines.verl.advantage import row_groups
-    from wmrl.core.pipeline import Scores
-
     keys = [r[0] for r in rows]
     groups, group_of, slot = row_groups([r[1] for r in rows], [r[2] for r in rows], step)
     # the pipeline's flat rollouts are group-major (each group's items in slot order), not batch order

@@ -199,7 +199,6 @@ class WMRLSteps:
         """The corrector's step with executions off the critical path (:mod:`wmrl.core.late`): land
         what is due, plan and submit this batch's executions, correct; keep the rows of the groups
         submitted; put the landed rows with a late advantage into the batch."""
-
         import transfer_queue as tq
 
         assert self.late_rows is not None
@@ -253,7 +252,6 @@ class WMRLSteps:
         )
 
     def _compute_advantage(self, batch: Any, metrics: dict[str, Any]) -> Any:
-
         if self.late_rows is None:
             rows: RowCorrection | RowAdvantages = self._correct_synchronously(batch, metrics)
         else:
