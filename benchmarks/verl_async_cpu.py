@@ -32,6 +32,12 @@ sys.path.insert(0, str(ROOT / "tests" / "verl_env"))
 import test_verl_cpu_step as launch_kit  # noqa: E402  (the launch the slow test runs)
 
 
+def mean_or_none(values: list) -> float | None:
+    """The mean of the values logged (``None`` where a step logged none); ``None`` when none was logged."""
+    logged = [v for v in values if v is not None]
+    return statistics.mean(logged) if logged else None
+
+
 def run_arm(folder: Path, lag: int, workers: int, steps: int, latency: float) -> dict:
     """One launch: its exit code, each step's ``timing_s/step`` and ``async/wait_s``, the log's path."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -104,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             "middle_step_s": middle,
             "first_step_s": [r["step_s"][0] for r in mine],
             "last_step_s": [r["step_s"][-1] for r in mine],
-            "middle_wait_s_mean": statistics.mean([w or 0.0 for r in mine for w in r["wait_s"][start:-1]]),
+            # a synchronous run logs no wait (its executions are on the step's path): None, not 0
+            "middle_wait_s_mean": mean_or_none([w for r in mine for w in r["wait_s"][start:-1]]),
         }
     if (0, 1) in arms:  # each arm's middle step against the synchronous one
         sync = summary["lag0-w1"]["middle_step_s_mean"]
